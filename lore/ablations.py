@@ -1,0 +1,44 @@
+"""Ablations, declared once: each is a named set of dotted config overrides.
+
+``lore train --ablation NAME`` and the Snakemake workflow both read this table, and
+the resolved ``config.yaml`` of every run shows exactly what it ran.
+"""
+
+from __future__ import annotations
+
+from lore.config import ConfigError
+
+_LLM_ON = {"llm.backend": "scripted"}
+_NO_LLM = {"llm.backend": "none", "prior.enabled": False, "features.enabled": False,
+           "plan.enabled": False, "distill.enabled": False}
+_MIX = {**_LLM_ON, "prior.enabled": True}
+_FULL = {**_MIX, "prior.gate": "uncertainty", "prior.kl_mode": "lagrangian",
+         "prior.align_temperature": True, "features.enabled": True}
+
+ABLATIONS: dict[str, dict[str, object]] = {
+    # DreamerV3 alone: no LLM is ever called.
+    "rl_only": dict(_NO_LLM),
+    # Mixing at a fixed beta = beta_max; no gate, no KL control.
+    "prior_only": {**_MIX, "prior.gate": "fixed", "prior.kl_mode": "none"},
+    # Mixing gated by state uncertainty, no KL control.
+    "gate": {**_MIX, "prior.gate": "uncertainty", "prior.kl_mode": "none"},
+    # Fixed beta held in check by the KL Lagrangian.
+    "kl": {**_MIX, "prior.gate": "fixed", "prior.kl_mode": "lagrangian"},
+    # LLM feature code only (late fusion), no prior mixing.
+    "features": {**_LLM_ON, "prior.enabled": False, "features.enabled": True},
+    # Everything: gate + KL Lagrangian + temperature alignment + features.
+    "full": dict(_FULL),
+    # full + CEM planning in latent space seeded by the LLM plan.
+    "full_plan": {**_FULL, "plan.enabled": True},
+    # full + PriorNet distillation (the controller answers from PriorNet once trusted).
+    "full_distill": {**_FULL, "distill.enabled": True},
+    # Advisor-quality arms of the full method.
+    "full_noisy": {**_FULL, "advisor.mode": "noisy", "advisor.accuracy": 0.5},
+    "full_adversarial": {**_FULL, "advisor.mode": "adversarial"},
+}
+
+
+def ablation_overrides(name: str) -> dict[str, object]:
+    if name not in ABLATIONS:
+        raise ConfigError(f"ablation: unknown ablation '{name}' (valid: {', '.join(ABLATIONS)})")
+    return dict(ABLATIONS[name])

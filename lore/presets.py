@@ -1,0 +1,51 @@
+"""Model size presets, declared once.
+
+Every field of :class:`lore.config.ModelConfig` left as ``None`` is filled from the
+chosen preset, so the resolved config of a run lists every dimension it used.
+
+=========  =====  =====  =======  =====  ======  =========  ===================================
+preset     deter  units  layers   stoch  classes cnn_depth  use
+=========  =====  =====  =======  =====  ======  =========  ===================================
+debug      32     32     1        4      4       4          unit tests (milliseconds per update)
+xs         256    256    1        32     16      16         symbolic MiniGrid on CPU (default)
+s          512    512    2        32     32      32         symbolic Crafter on CPU, pixels on GPU
+m          1024   640    3        32     32      48         pixel Crafter on GPU (DreamerV3 "M")
+=========  =====  =====  =======  =====  ======  =========  ===================================
+
+``stoch`` x ``classes`` is the categorical latent (DreamerV3 uses 32 latents; ``debug``
+shrinks it only to keep tests fast). ``bins`` is the two-hot support size (255),
+``value_heads`` the critic ensemble used by the uncertainty gate, ``ensemble`` the
+one-step latent predictors for world-model disagreement, ``feature_units`` the width
+of the late-fusion encoder for LLM features.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from lore.config import ConfigError, ModelConfig
+
+PRESETS: dict[str, dict[str, int]] = {
+    "debug": dict(deter=32, stoch=4, classes=4, units=32, layers=1, cnn_depth=4, bins=255,
+                  value_heads=3, ensemble=3, feature_units=8),
+    "xs": dict(deter=256, stoch=32, classes=16, units=256, layers=1, cnn_depth=16, bins=255,
+               value_heads=3, ensemble=3, feature_units=32),
+    "s": dict(deter=512, stoch=32, classes=32, units=512, layers=2, cnn_depth=32, bins=255,
+              value_heads=3, ensemble=4, feature_units=64),
+    "m": dict(deter=1024, stoch=32, classes=32, units=640, layers=3, cnn_depth=48, bins=255,
+              value_heads=3, ensemble=5, feature_units=64),
+}
+
+
+def resolve_model(model: ModelConfig) -> ModelConfig:
+    """Fill the ``None`` fields of ``model`` from its preset (explicit values win)."""
+    if model.preset not in PRESETS:
+        raise ConfigError(f"model.preset: unknown preset '{model.preset}' (valid: {', '.join(PRESETS)})")
+    values = dict(PRESETS[model.preset])
+    for f in dataclasses.fields(model):
+        current = getattr(model, f.name)
+        if f.name != "preset" and current is not None:
+            if current <= 0:
+                raise ConfigError(f"model.{f.name} must be > 0, got {current}")
+            values[f.name] = current
+    return ModelConfig(preset=model.preset, **values)
