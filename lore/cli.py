@@ -1,0 +1,117 @@
+"""The ``lore`` command line.
+
+    lore train --config config/lore/doorkey.yaml --run-dir results/runs/x --ablation full --seed 1 --set train.steps=20000
+    lore config --ablation full --set model.preset=s          # print the resolved config
+    lore list                                                 # ablations and presets
+    lore aggregate|figures|paper-macros ...                   # analysis (see lore.analysis.cli)
+
+Every error is one line on stderr naming the problem, with exit status 2 (bad input) or
+1 (runtime failure); a preempted run exits 143 after writing its checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import yaml
+
+ANALYSIS_COMMANDS = ("aggregate", "figures", "paper-macros")
+
+
+def _add_config_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", "-c", help="run-config YAML (fields of lore.config.RunConfig)")
+    p.add_argument("--ablation", "-a", help="ablation name (see `lore list`)")
+    p.add_argument("--seed", type=int, help="shorthand for --set seed=N")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], help="shorthand for --set device=...")
+    p.add_argument("--set", "-s", action="append", default=[], metavar="KEY=VALUE",
+                   help="dotted override, e.g. --set train.steps=20000 --set model.preset=xs (repeatable)")
+
+
+def _config_from_args(args):
+    from lore.config import load_config
+
+    overrides = list(args.set)
+    if args.seed is not None:
+        overrides.append(f"seed={args.seed}")
+    if args.device is not None:
+        overrides.append(f"device={args.device}")
+    return load_config(args.config, overrides, args.ablation)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lore", description="LoRe: DreamerV3 with a gated LLM action prior")
+    sub = parser.add_subparsers(dest="command", required=True)
+    t = sub.add_parser("train", help="train, resume, or no-op when the run is complete")
+    _add_config_args(t)
+    t.add_argument("--run-dir", "-o", required=True, help="run directory (created; resumed if it has a checkpoint)")
+    t.add_argument("--no-progress", action="store_true", help="disable the progress bar")
+    c = sub.add_parser("config", help="print the fully resolved config as YAML")
+    _add_config_args(c)
+    sub.add_parser("list", help="list ablations and model presets")
+    for name in ANALYSIS_COMMANDS:
+        sub.add_parser(name, help="analysis command (see `lore %s --help`)" % name, add_help=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ANALYSIS_COMMANDS:
+        from lore.analysis.cli import main as analysis_main
+
+        return analysis_main(argv) or 0
+    args = build_parser().parse_args(argv)
+    from lore.config import ConfigError, to_dict
+
+    try:
+        if args.command == "list":
+            from lore.ablations import ABLATIONS
+            from lore.presets import PRESETS
+
+            print("ablations:")
+            for name, ov in ABLATIONS.items():
+                print(f"  {name:18s} {json.dumps(ov)}")
+            print("presets:")
+            for name, dims in PRESETS.items():
+                print(f"  {name:6s} {json.dumps(dims)}")
+            return 0
+        cfg = _config_from_args(args)
+        if args.command == "config":
+            print(yaml.safe_dump(to_dict(cfg), sort_keys=False), end="")
+            return 0
+        return _train(cfg, args)
+    except ConfigError as e:
+        print(f"lore: error: {e}", file=sys.stderr)
+        return 2
+
+
+def _train(cfg, args) -> int:
+    from lore.config import ConfigError
+    from lore.train.checkpoint import CheckpointError
+    from lore.train.trainer import Preempted, train
+
+    try:
+        summary = train(cfg, args.run_dir, show_progress=False if args.no_progress else None)
+    except Preempted as e:
+        print(f"lore: {e}", file=sys.stderr)
+        return 143
+    except (CheckpointError, ConfigError) as e:
+        print(f"lore: error: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:  # noqa: BLE001 - LLM start-up errors (missing key, bad ledger) get one clear line
+        from lore.llm import LLMConfigError
+
+        if isinstance(e, LLMConfigError):
+            print(f"lore: error: {e}", file=sys.stderr)
+            return 2
+        raise
+    if summary.get("already_done"):
+        print(f"lore: {args.run_dir} is already complete (env_step {summary.get('env_step')}); nothing to do")
+    else:
+        print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

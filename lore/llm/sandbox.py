@@ -1,0 +1,653 @@
+"""Run untrusted LLM-written feature code: ``compute_features(obs) -> list | dict`` of numbers.
+
+A security boundary, in three layers (``docs/sandbox.md`` has the threat model):
+
+1. a static check of the source (:func:`lore.llm._sandbox_worker.check_source`): size limit,
+   an allow-list of syntax, only ``import math`` / ``import numpy`` (numpy through an allow-list of
+   functions), no dunder names or ``_``-attributes, no ``eval``/``open``/``getattr``/``type``..., no
+   attribute assignment, no classes, generators, ``global``, bare ``except``; at top level only
+   imports, defs and constants;
+2. execution in a warm pool of worker processes started with an empty environment in a fresh
+   empty directory, which (before any untrusted code runs) enter new network/mount/IPC/UTS
+   namespaces, chroot into that empty directory, drop to uid ``nobody`` when started as root, set
+   ``RLIMIT_{AS,CPU,FSIZE=0,NOFILE,NPROC=0,CORE=0}`` and install a seccomp filter (no
+   fork/exec/socket/kill/ptrace/mount, read-only opens). The code runs with a small allow-list of
+   builtins and read-only stand-ins for ``math`` and ``numpy``. A per-observation alarm inside the
+   worker and a wall-clock deadline in the parent (SIGKILL of the worker's process group, then a
+   fresh worker) bound the time;
+3. validation here in the parent: the worker's answer is JSON (never unpickled), of bounded size,
+   checked for shape, type, finiteness and length, then clipped to ``[-clip, clip]``.
+
+Result vectors: a list/tuple/1-D array maps one-to-one; a dict maps in **insertion order** (the
+order the code wrote the keys; :attr:`FeatureResult.names` keeps them). Any failure gives zeros and
+``ok=False`` with ``error = "<kind>: <message>"``, kind one of :data:`FAILURE_KINDS`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import pickle
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from lore.llm import _sandbox_worker as worker_module
+from lore.llm._sandbox_worker import FAILURE_KINDS, FRAME_HEADER, check_source, clean_text
+
+__all__ = ["FAILURE_KINDS", "FeatureResult", "FeatureSandbox", "SandboxError", "code_id"]
+
+log = logging.getLogger(__name__)
+
+MAX_N_FEATURES = 4096
+_MIN_REPLY_CAP = 64 * 1024
+# Reply size cap: a float (<= 24 chars), a key (<= 4 UTF-8 bytes per character), JSON punctuation.
+_REPLY_BYTES_PER_FEATURE = 32 + 4 * worker_module.MAX_NAME_CHARS + 8
+_REPLY_BYTES_PER_OBS = 4 * worker_module.MAX_MESSAGE_CHARS + 64
+_CHECK_CACHE_SIZE = 256
+_WORKER_FILE = worker_module.__file__
+
+# The worker is started with exactly this environment: nothing of the parent's (no API keys, no
+# proxies, no PYTHON* variables). One BLAS thread, C locale, a fixed hash seed so that iterating a
+# set of strings in feature code gives the same features in every worker.
+_WORKER_ENV = {
+    "LC_ALL": "C",
+    "OMP_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "PYTHONHASHSEED": "0",
+}
+# `-S` (no site: no .pth files run), `-s` (no user site), `-B` (no .pyc writes). Not `-I`/`-E`: they
+# would also ignore PYTHONHASHSEED, and the environment is ours entirely anyway. `-c` instead of a
+# script path keeps lore/llm/ off sys.path; the worker module is loaded by file path.
+_BOOTSTRAP = (
+    "import sys, json, importlib.util as u; c = json.loads(sys.argv[2]); "
+    "sys.path[:] = [p for p in sys.path if p] + c['sys_path']; "
+    "s = u.spec_from_file_location('lore_sandbox_worker', sys.argv[1]); m = u.module_from_spec(s); "
+    "s.loader.exec_module(m); m.main(sys.argv[2])"
+)
+
+
+class SandboxError(RuntimeError):
+    """The sandbox itself cannot work (a worker does not start); never raised for bad feature code."""
+
+
+@dataclass
+class FeatureResult:
+    features: np.ndarray
+    """float32 ``[n_features]``; zeros when ``ok`` is False."""
+    ok: bool
+    error: str | None
+    """``"<kind>: <short message>"``, kind in :data:`FAILURE_KINDS`; None when ok."""
+    code_id: str
+    names: tuple[str, ...] | None = None
+    """The keys, in order, when the code returned a dict."""
+
+
+def code_id(code: str) -> str:
+    """Short stable id of feature source: the first 16 hex digits of its SHA-256."""
+    if not isinstance(code, str):
+        raise TypeError(f"code_id: code must be a str, got {type(code).__name__}")
+    return hashlib.sha256(code.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+# --------------------------------------------------------------------------- one worker process
+
+
+class _Worker:
+    """One sandboxed worker process and its pipes (parent side)."""
+
+    def __init__(self, config: dict, start_timeout_s: float) -> None:
+        self._config = config
+        self._start_timeout_s = start_timeout_s
+        self.proc: subprocess.Popen | None = None
+        self.root_dir: str | None = None
+        self.info: dict | None = None
+        self.cpu_s = 0.0
+        self._buffer = bytearray()
+        self._start_deadline = 0.0
+
+    # lifecycle -------------------------------------------------------------
+
+    def spawn(self) -> None:
+        """Start the process; the handshake is read later (:meth:`ensure_ready`)."""
+        self.root_dir = tempfile.mkdtemp(prefix="lore-sandbox-")
+        config = dict(self._config, root_dir=self.root_dir)
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-S", "-s", "-B", "-c", _BOOTSTRAP, _WORKER_FILE, json.dumps(config)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                env=dict(_WORKER_ENV),
+                cwd=self.root_dir,
+                close_fds=True,
+                start_new_session=True,  # own process group: the parent kills the group
+            )
+        except OSError as e:
+            shutil.rmtree(self.root_dir, ignore_errors=True)
+            self.root_dir = None
+            raise SandboxError(f"cannot start a sandbox worker: {e}") from e
+        os.set_blocking(self.proc.stdin.fileno(), False)
+        self.info = None
+        self.cpu_s = 0.0
+        self._buffer.clear()
+        self._start_deadline = time.monotonic() + self._start_timeout_s
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def ensure_ready(self) -> None:
+        """Wait for the handshake; raises :class:`SandboxError` if the worker does not come up."""
+        if self.proc is None:
+            self.spawn()
+        if self.info is not None:
+            return
+        frame = self.read_frame(self._start_deadline, _MIN_REPLY_CAP)
+        if not isinstance(frame, bytes):
+            reason = {"timeout": f"no handshake within {self._start_timeout_s:g} s"}.get(frame, frame)
+            code = self.proc.poll() if self.proc else None
+            self.kill()
+            raise SandboxError(f"sandbox worker failed to start ({reason}; exit code {code})")
+        try:
+            info = json.loads(frame)
+        except ValueError as e:
+            self.kill()
+            raise SandboxError(f"sandbox worker sent a bad handshake: {e}") from e
+        if not isinstance(info, dict) or info.get("ready") is not True:
+            self.kill()
+            raise SandboxError(f"sandbox worker sent a bad handshake: {str(info)[:200]}")
+        self.info = info
+        for note in info.get("notes", []):
+            log.info("sandbox worker %s: %s", info.get("pid"), note)
+
+    def kill(self) -> None:
+        """SIGKILL the worker's process group, reap it, remove its directory."""
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            _kill_process_group(proc)
+            for stream in (proc.stdin, proc.stdout):
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+        if self.root_dir:
+            shutil.rmtree(self.root_dir, ignore_errors=True)
+            self.root_dir = None
+        self.info = None
+
+    # framed I/O ---------------------------------------------------------------
+
+    def send(self, payload: bytes, deadline: float) -> str | None:
+        """Write one frame before ``deadline``; None on success, else ``"timeout"`` / ``"closed"``."""
+        data = memoryview(FRAME_HEADER.pack(len(payload)) + payload)
+        fd = self.proc.stdin.fileno()
+        self._buffer.clear()  # nothing unread from an earlier request may pose as this reply
+        while data:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return "timeout"
+            _, writable, _ = select.select([], [fd], [], left)
+            if not writable:
+                continue
+            try:
+                written = os.write(fd, data)
+            except BlockingIOError:
+                continue
+            except (BrokenPipeError, OSError):
+                return "closed"
+            data = data[written:]
+        return None
+
+    def poll_frame(self, cap: int) -> bytes | str | None:
+        """Read what is available; a complete frame, None (not yet), or ``"closed"`` / ``"too_large"``."""
+        try:
+            chunk = os.read(self.proc.stdout.fileno(), 1 << 20)
+        except BlockingIOError:
+            return None
+        except OSError:
+            return "closed"
+        if not chunk:
+            return "closed"
+        self._buffer += chunk
+        if len(self._buffer) < FRAME_HEADER.size:
+            return None
+        (length,) = FRAME_HEADER.unpack_from(self._buffer)
+        if length > cap:
+            return "too_large"
+        end = FRAME_HEADER.size + length
+        if len(self._buffer) < end:
+            return None
+        frame = bytes(self._buffer[FRAME_HEADER.size:end])
+        del self._buffer[:end]
+        return frame
+
+    def read_frame(self, deadline: float, cap: int) -> bytes | str:
+        """Block until a frame arrives: the frame, or ``"timeout"`` / ``"closed"`` / ``"too_large"``."""
+        fd = self.proc.stdout.fileno()
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return "timeout"
+            readable, _, _ = select.select([fd], [], [], left)
+            if readable:
+                frame = self.poll_frame(cap)
+                if frame is not None:
+                    return frame
+
+
+@dataclass
+class _Job:
+    """One worker's share of a batch."""
+
+    worker: _Worker
+    n: int
+    deadline: float
+    cap: int
+    entries: list | None = None
+
+
+def _kill_process_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.kill()
+    except OSError:
+        pass
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        log.warning("sandbox worker %d did not die after SIGKILL", proc.pid)
+
+
+def _shutdown(workers: list[_Worker], owner_pid: int) -> None:
+    if os.getpid() != owner_pid:
+        return  # a forked copy of the parent must not kill the original's workers
+    for w in workers:
+        w.kill()
+
+
+# --------------------------------------------------------------------------- the sandbox
+
+
+class FeatureSandbox:
+    """A warm pool of sandboxed workers that evaluate untrusted ``compute_features`` code.
+
+    Thread-safe (calls are serialised). ``timeout_s`` bounds each observation; ``memory_mb`` is the
+    address space a worker may add on top of its own baseline (Python + numpy, ~120 MB of mappings);
+    ``workers`` processes share a ``run_batch``. Failures never raise: they come back as
+    ``ok=False`` results. Only a sandbox that cannot start a worker at all raises
+    :class:`SandboxError` (from :meth:`start`, or from a call when the restart also fails).
+    """
+
+    def __init__(
+        self,
+        n_features: int,
+        timeout_s: float = 1.0,
+        memory_mb: int = 256,
+        workers: int = 1,
+        clip: float = 1e3,
+        *,
+        kill_grace_s: float = 0.5,
+        start_timeout_s: float = 60.0,
+        cpu_lifetime_s: int = 600,
+    ) -> None:
+        _require(isinstance(n_features, int) and not isinstance(n_features, bool)
+                 and 1 <= n_features <= MAX_N_FEATURES, f"n_features must be an int in [1, {MAX_N_FEATURES}]",
+                 n_features)
+        _require(_positive_finite(timeout_s), "timeout_s must be a positive number of seconds", timeout_s)
+        _require(isinstance(memory_mb, int) and memory_mb >= 16, "memory_mb must be an int >= 16", memory_mb)
+        _require(isinstance(workers, int) and 1 <= workers <= 64, "workers must be an int in [1, 64]", workers)
+        _require(_positive_finite(clip) and clip <= 1e30, "clip must be a positive number <= 1e30", clip)
+        _require(_positive_finite(kill_grace_s), "kill_grace_s must be positive", kill_grace_s)
+        _require(_positive_finite(start_timeout_s), "start_timeout_s must be positive", start_timeout_s)
+        _require(isinstance(cpu_lifetime_s, int) and cpu_lifetime_s >= 10, "cpu_lifetime_s must be an int >= 10",
+                 cpu_lifetime_s)
+        self.n_features = n_features
+        self.timeout_s = float(timeout_s)
+        self.memory_mb = memory_mb
+        self.clip = float(clip)
+        self.kill_grace_s = float(kill_grace_s)
+        self.cpu_lifetime_s = cpu_lifetime_s
+        config = {
+            "sys_path": [str(Path(np.__file__).resolve().parent.parent)],
+            "memory_mb": memory_mb,
+            "cpu_lifetime_s": cpu_lifetime_s,
+        }
+        self._workers = [_Worker(config, start_timeout_s) for _ in range(workers)]
+        self._lock = threading.Lock()
+        self._closed = False
+        self._check_cache: OrderedDict[str, str | None] = OrderedDict()
+        self._counters = {"calls": 0, "ok": 0, "failures": 0, **{f"failures_{k}": 0 for k in FAILURE_KINDS},
+                          "worker_starts": 0, "worker_kills": 0}
+        self._finalizer = weakref.finalize(self, _shutdown, self._workers, os.getpid())
+
+    @classmethod
+    def from_config(cls, features_cfg) -> FeatureSandbox:
+        """From ``cfg.features`` (:class:`lore.config.FeaturesConfig`)."""
+        return cls(
+            features_cfg.n_features,
+            timeout_s=features_cfg.timeout_s,
+            memory_mb=features_cfg.memory_mb,
+            workers=features_cfg.workers,
+            clip=getattr(features_cfg, "clip", 1e3),
+        )
+
+    # public API --------------------------------------------------------------
+
+    def check(self, code: str) -> str | None:
+        """Static check only: ``"rejected: <why>"`` or None. Runs nothing."""
+        error = self._check_cached(code, code_id(code)) if isinstance(code, str) else check_source(code)
+        return f"rejected: {error}" if error else None
+
+    def run(self, code: str, obs: dict) -> FeatureResult:
+        """``compute_features(obs)`` in the sandbox."""
+        return self.run_batch(code, [obs])[0]
+
+    def run_batch(self, code: str, obs_list: Sequence[Mapping]) -> list[FeatureResult]:
+        """``compute_features`` on every observation, in one message per worker.
+
+        A failure on one observation gives zeros and ``ok=False`` for that one only, unless its
+        worker had to be killed (timeout past the grace, crash): then its whole share fails.
+        """
+        if not isinstance(code, str):
+            raise TypeError(f"FeatureSandbox.run: code must be a str, got {type(code).__name__}")
+        if isinstance(obs_list, Mapping) or not isinstance(obs_list, Sequence):
+            raise TypeError(f"FeatureSandbox.run_batch: obs_list must be a list of dicts, got {type(obs_list).__name__}")
+        observations = [_clean_obs(obs, i) for i, obs in enumerate(obs_list)]
+        cid = code_id(code)
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("FeatureSandbox is closed")
+            error = self._check_cached(code, cid)
+            if error:
+                raw = [["rejected", error, None, None]] * len(observations)
+            elif observations:
+                raw = self._dispatch(cid, code, observations)
+            else:
+                raw = []
+            results = self._finish(raw, cid)
+            self._count(results)
+        return results
+
+    def counters(self) -> dict[str, int]:
+        """``calls`` (observations evaluated), ``ok``, ``failures``, ``failures_<kind>``,
+        ``worker_starts``, ``worker_kills``."""
+        with self._lock:
+            return dict(self._counters)
+
+    def start(self) -> dict:
+        """Start every worker now and wait for it; returns the first worker's isolation report."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("FeatureSandbox is closed")
+            for w in self._workers:
+                self._ready(w)
+            return dict(self._workers[0].info)
+
+    @property
+    def isolation(self) -> dict:
+        """What the first worker achieved: ``network_isolated``, ``netns``, ``chroot``, ``uid``,
+        ``seccomp``, ``rlimits``, ``environ_keys``, ``notes`` (starts it if needed)."""
+        return self.start()
+
+    @property
+    def network_isolated(self) -> bool:
+        """Whether the kernel stops the workers from using the network (empty network namespace, or
+        seccomp refusing ``socket()``)."""
+        return bool(self.isolation.get("network_isolated"))
+
+    def worker_pids(self) -> list[int]:
+        """PIDs of the worker processes alive now."""
+        with self._lock:
+            return [w.proc.pid for w in self._workers if w.alive()]
+
+    def close(self) -> None:
+        """Kill every worker and remove its directory. Idempotent."""
+        with self._lock:
+            self._closed = True
+            self._finalizer()
+
+    def __enter__(self) -> FeatureSandbox:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # internals -----------------------------------------------------------------
+
+    def _check_cached(self, code: str, cid: str) -> str | None:
+        if cid in self._check_cache:
+            self._check_cache.move_to_end(cid)
+            return self._check_cache[cid]
+        error = check_source(code)
+        self._check_cache[cid] = error
+        if len(self._check_cache) > _CHECK_CACHE_SIZE:
+            self._check_cache.popitem(last=False)
+        return error
+
+    def _ready(self, w: _Worker, budget_s: float = 0.0) -> None:
+        """Make ``w`` a live, handshaken worker, restarting it if it died or if ``budget_s`` more CPU
+        seconds could take it past its lifetime RLIMIT_CPU."""
+        aged = w.cpu_s + min(budget_s, self.cpu_lifetime_s / 2) > self.cpu_lifetime_s - 5
+        if w.proc is not None and (not w.alive() or aged):
+            w.kill()
+        if w.proc is None:
+            w.spawn()
+            self._counters["worker_starts"] += 1
+        try:
+            w.ensure_ready()
+        except SandboxError as first:
+            log.warning("%s; retrying once", first)
+            w.spawn()
+            self._counters["worker_starts"] += 1
+            w.ensure_ready()  # a second failure propagates
+
+    def _dispatch(self, cid: str, code: str, observations: list[dict]) -> list[list]:
+        """Split across workers, send, gather. Returns raw ``[kind, message, values, names]`` entries."""
+        n_chunks = min(len(self._workers), len(observations))
+        bounds = np.linspace(0, len(observations), n_chunks + 1).astype(int).tolist()
+        jobs: list[_Job] = []
+        for w, lo, hi in zip(self._workers, bounds[:-1], bounds[1:], strict=False):
+            self._ready(w, (hi - lo) * self.timeout_s)
+            request = {"code_id": cid, "source": code, "obs": _pack(observations[lo:hi]),
+                       "n_features": self.n_features, "timeout_s": self.timeout_s}
+            payload = pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL)
+            # The deadline starts after the handshake: a cold start does not eat into the code's time.
+            deadline = time.monotonic() + (hi - lo) * self.timeout_s + self.kill_grace_s
+            cap = _MIN_REPLY_CAP + (hi - lo) * (self.n_features * _REPLY_BYTES_PER_FEATURE + _REPLY_BYTES_PER_OBS)
+            job = _Job(w, hi - lo, deadline, cap)
+            failure = w.send(payload, deadline)
+            if failure:
+                job.entries = self._fail_worker(w, job.n, failure)
+            jobs.append(job)
+
+        pending = {job.worker.proc.stdout.fileno(): job for job in jobs if job.entries is None}
+        while pending:
+            now = time.monotonic()
+            for fd, job in list(pending.items()):
+                if now >= job.deadline:
+                    job.entries = self._fail_worker(job.worker, job.n, "timeout")
+                    del pending[fd]
+            if not pending:
+                break
+            wait = min(job.deadline for job in pending.values()) - now
+            readable, _, _ = select.select(list(pending), [], [], max(wait, 0.0))
+            for fd in readable:
+                job = pending[fd]
+                frame = job.worker.poll_frame(job.cap)
+                if frame is not None:
+                    del pending[fd]
+                    job.entries = self._parse_reply(job.worker, job.n, frame)
+        return [entry for job in jobs for entry in job.entries]
+
+    def _fail_worker(self, w: _Worker, n: int, why: str) -> list[list]:
+        """Kill a worker that timed out / crashed / misbehaved; n failure entries for its share."""
+        code = None
+        if w.proc is not None and why == "closed":
+            try:  # it closed its pipe: let it finish dying to learn why (e.g. SIGXCPU)
+                code = w.proc.wait(timeout=1.0)
+            except subprocess.TimeoutExpired:
+                pass
+        w.kill()
+        self._counters["worker_kills"] += 1
+        if why == "timeout" or code == -signal.SIGXCPU:
+            limit = f"{self.timeout_s:g} s per observation" if why == "timeout" else "its CPU-time limit"
+            entry = ["timeout", f"worker killed after exceeding {limit}", None, None]
+        elif why == "too_large":
+            entry = ["output_too_large", "worker reply exceeded its size cap", None, None]
+        else:
+            entry = ["worker_crashed", f"worker {why} ({_describe_exit(code)})", None, None]
+        log.warning("sandbox worker killed: %s", entry[1])
+        return [entry] * n
+
+    def _parse_reply(self, w: _Worker, n: int, frame: bytes | str) -> list[list]:
+        if isinstance(frame, str):
+            return self._fail_worker(w, n, frame)
+        try:
+            reply = json.loads(frame)
+            entries = reply["results"]
+            cpu = reply.get("cpu_s", 0.0)
+            if not isinstance(entries, list) or len(entries) != n or not isinstance(cpu, (int, float)):
+                raise ValueError("wrong number of results")
+            checked = [self._validate_entry(e) for e in entries]
+        except (ValueError, KeyError, TypeError) as e:
+            return self._fail_worker(w, n, f"sent a malformed reply: {str(e)[:80]}")
+        w.cpu_s = float(cpu)
+        return checked
+
+    def _validate_entry(self, entry) -> list:
+        """Structure check of one untrusted result entry (raises ValueError when malformed)."""
+        if not (isinstance(entry, list) and len(entry) == 4):
+            raise ValueError("result entry is not a 4-list")
+        kind, message, values, names = entry
+        if kind != "ok" and kind not in FAILURE_KINDS or not isinstance(message, str):
+            raise ValueError(f"unknown result kind {str(kind)[:20]!r}")
+        if kind != "ok":
+            values = names = None
+        else:
+            if not isinstance(values, list):
+                raise ValueError("ok result without a list of numbers")
+            try:
+                values = np.asarray(values, dtype=np.float64)  # [n_values]
+            except (TypeError, ValueError, OverflowError) as e:
+                raise ValueError("ok result without a list of numbers") from e
+            if values.ndim != 1:
+                raise ValueError("ok result values are not a flat list")
+            if names is not None and not (isinstance(names, list) and len(names) == len(values)
+                                          and all(isinstance(s, str) for s in names)):
+                raise ValueError("malformed names")
+        if names is not None:
+            names = [clean_text(name, worker_module.MAX_NAME_CHARS) for name in names]
+        return [kind, clean_text(message, worker_module.MAX_MESSAGE_CHARS), values, names]
+
+    def _finish(self, entries: list[list], cid: str) -> list[FeatureResult]:
+        """Validated entries -> FeatureResults: length, finiteness, clipping (layer 3), whole batch at once."""
+        n, f = len(entries), self.n_features
+        matrix = np.zeros((n, f), np.float64)  # [n, F]; rows of failed entries stay zero
+        errors: list[str | None] = [None] * n
+        for i, (kind, message, values, _) in enumerate(entries):
+            if kind != "ok":
+                errors[i] = f"{kind}: {message}"
+            elif len(values) != f:
+                errors[i] = f"wrong_length: {len(values)} values, expected {f}"
+            else:
+                matrix[i] = values
+        finite, features = finite_and_clipped(matrix, self.clip)  # [n], [n, F] float32
+        results = []
+        for i, (_, _, _, names) in enumerate(entries):
+            if errors[i] is None and not finite[i]:
+                bad = int(np.flatnonzero(~np.isfinite(matrix[i]))[0])
+                label = names[bad] if names else f"feature {bad}"
+                errors[i] = f"nonfinite: {label} is {matrix[i, bad]}"
+            if errors[i] is None:
+                results.append(FeatureResult(features[i], True, None, cid, tuple(names) if names else None))
+            else:
+                results.append(FeatureResult(np.zeros(f, np.float32), False, errors[i], cid))
+        return results
+
+    def _count(self, results: list[FeatureResult]) -> None:
+        c = self._counters
+        for r in results:
+            c["calls"] += 1
+            if r.ok:
+                c["ok"] += 1
+            else:
+                c["failures"] += 1
+                c["failures_" + r.error.split(":", 1)[0]] += 1
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def finite_and_clipped(values: np.ndarray, clip: float) -> tuple[np.ndarray, np.ndarray]:
+    """``values [n, F]`` float64 -> (row is all finite ``[n]`` bool, values clipped to ±clip ``[n, F]``
+    float32). Clipping comes after the finiteness check, so inf is a failure, not ``clip``."""
+    finite = np.isfinite(values).all(axis=1)  # [n]
+    clipped = np.clip(np.nan_to_num(values), -clip, clip).astype(np.float32)  # [n, F]
+    return finite, clipped
+
+
+def _require(condition: bool, message: str, value) -> None:
+    if not condition:
+        raise ValueError(f"FeatureSandbox: {message}, got {value!r}")
+
+
+def _positive_finite(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
+
+
+def _pack(observations: list[dict]) -> dict:
+    """Observations with one layout (same keys, shapes, dtypes) travel as one stacked array per key:
+    pickling a few arrays instead of thousands is most of the cost of a batch."""
+    first = observations[0]
+    layout = [(k, v.shape, v.dtype) for k, v in first.items()]
+    if all(len(obs) == len(layout) and all(k in obs and obs[k].shape == shape and obs[k].dtype == dtype
+                                           for k, shape, dtype in layout) for obs in observations):
+        return {"stacked": {k: np.stack([obs[k] for obs in observations]) for k in first},  # [n, ...]
+                "n": len(observations)}
+    return {"list": observations}
+
+
+def _clean_obs(obs, index: int) -> dict:
+    """Check one observation (trusted input, so bad shapes raise): str keys, numeric arrays/scalars."""
+    if not isinstance(obs, Mapping):
+        raise TypeError(f"FeatureSandbox: observation {index} must be a dict, got {type(obs).__name__}")
+    clean = {}
+    for key, value in obs.items():
+        if not isinstance(key, str):
+            raise TypeError(f"FeatureSandbox: observation {index} has a non-str key {key!r}")
+        array = np.asarray(value)
+        if array.dtype.kind not in "biuf":
+            raise TypeError(f"FeatureSandbox: observation {index} key {key!r} has dtype {array.dtype}; "
+                            "expected numbers")
+        clean[key] = array  # scalars become 0-d arrays, as they will be in the worker
+    return clean

@@ -1,0 +1,254 @@
+"""The training loop's side of LoRe: LLM advice, feature code, planning and distillation.
+
+``LLMBridge`` turns the controller's answers into the per-env tensors the agent consumes
+at act time (prior logits, mask, confidence, sandboxed features), asks for new advice
+(at most one background call per env step), runs CEM planning when enabled, refits the
+prior temperature and feeds the distillation monitor. With ``llm.backend: none`` it
+produces zeros and does nothing else, so ``rl_only`` runs pay nothing for it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from lore.config import RunConfig
+from lore.prior.gate import combine_uncertainty, gate_beta
+
+
+class LLMBridge:
+    def __init__(self, cfg: RunConfig, run_dir: Path, envs, agent):
+        self.cfg = cfg
+        self.envs = envs
+        self.agent = agent
+        self.num_envs = envs.num_envs
+        self.num_actions = int(envs.action_space.n)
+        self.n_features = cfg.features.n_features
+        self.enabled = cfg.llm.backend != "none"
+        self.controller = None
+        self.sandbox = None
+        self.planner = None
+        self.monitor = None
+        self.feature_code: str | None = None
+        self.feature_code_id: str | None = None
+        self.feature_failures = 0
+        self.act_steps = 0
+        self.last_latent: torch.Tensor | None = None
+        self.last_llm: dict | None = None
+        # Recent (logits_wm, prior) pairs where a prior applied: the data for temperature alignment.
+        self.pairs: deque = deque(maxlen=4096)
+        self.rng = np.random.default_rng(cfg.seed + 17)
+        if not self.enabled:
+            return
+        from lore.llm.controller import LLMController
+        from lore.llm.prompt import features_spec
+
+        spec = features_spec(envs.family, self.n_features) if cfg.features.enabled else None
+        self.controller = LLMController(cfg, run_dir, envs.action_names, envs.family, features_spec=spec)
+        if cfg.features.enabled:
+            from lore.llm.sandbox import FeatureSandbox
+
+            self.sandbox = FeatureSandbox(self.n_features, timeout_s=cfg.features.timeout_s,
+                                          memory_mb=cfg.features.memory_mb, workers=cfg.features.workers)
+        if cfg.plan.enabled:
+            from lore.plan.planner import Planner
+
+            self.planner = Planner(cfg.plan, self.num_actions, cfg.dreamer.gamma, seed=cfg.seed)
+        if cfg.distill.enabled:
+            from lore.prior.distill import DistillationMonitor
+
+            self.monitor = DistillationMonitor(cfg.distill)
+            self.controller.set_surrogate(self._surrogate)
+            self.controller.on_heldout(self._heldout)
+
+    # ------------------------------------------------------------------ act-time inputs
+    def empty_llm_row(self) -> dict:
+        return {
+            "llm_prior_logits": np.zeros(self.num_actions, np.float32),
+            "llm_mask": np.float32(0.0),
+            "llm_confidence": np.float32(0.0),
+            "llm_features": np.zeros(self.n_features, np.float32),
+            "llm_features_mask": np.float32(0.0),
+        }
+
+    def inputs(self, env_step: int) -> dict[str, np.ndarray]:
+        n, a = self.num_envs, self.num_actions
+        out = {
+            "prior_logits": np.zeros((n, a), np.float32),
+            "mask": np.zeros(n, np.float32),
+            "confidence": np.zeros(n, np.float32),
+            "features": np.zeros((n, self.n_features), np.float32),
+            "features_mask": np.zeros(n, np.float32),
+        }
+        self.current_plans: list = [None] * n
+        if self.controller is None:
+            self.last_llm = out
+            return out
+        for i in range(n):
+            advice = self.controller.current(i, self.envs.state_key(i), env_step)
+            if advice is None:
+                continue
+            out["prior_logits"][i] = advice.prior_logits
+            out["mask"][i] = 1.0
+            out["confidence"][i] = advice.confidence
+            self.current_plans[i] = getattr(advice, "plan", None)
+            code = getattr(advice, "features_code", None)
+            if code and self.sandbox is not None and code != self.feature_code:
+                self._adopt_feature_code(code)
+        if self.sandbox is not None and self.feature_code is not None:
+            results = self.sandbox.run_batch(self.feature_code, [self.envs.state_snapshot(i) for i in range(n)])
+            for i, res in enumerate(results):
+                if res.ok:
+                    out["features"][i] = res.features
+                    out["features_mask"][i] = 1.0
+                else:
+                    self.feature_failures += 1
+        self.last_llm = out
+        return out
+
+    def eval_inputs(self, env) -> dict[str, np.ndarray] | None:
+        """Evaluation sees the adopted feature program (an observation transform) but no LLM prior."""
+        if self.sandbox is None or self.feature_code is None:
+            return None
+        res = self.sandbox.run(self.feature_code, env.state_snapshot())
+        return {"features": res.features[None].astype(np.float32),
+                "features_mask": np.asarray([1.0 if res.ok else 0.0], np.float32)}
+
+    def _adopt_feature_code(self, code: str) -> None:
+        """A new feature program is adopted only if the sandbox accepts it (static check)."""
+        if self.sandbox.check(code) is None:
+            from lore.llm.sandbox import code_id
+
+            self.feature_code = code
+            self.feature_code_id = code_id(code)
+        else:
+            self.feature_failures += 1
+
+    # ------------------------------------------------------------------ after acting
+    def gate_values(self, out) -> np.ndarray:
+        """Uncertainty gate in [0, 1] per env *before* masking by advice: the controller's trigger."""
+        layer, pcfg = self.agent.prior, self.cfg.prior
+        u = combine_uncertainty(out.u_entropy.float().cpu(), out.u_value_var.float().cpu(),
+                                out.u_disagreement.float().cpu(), weights=layer.weights,
+                                normalisers=layer.normalisers)
+        return gate_beta(u, 1.0, pcfg.kappa, pcfg.tau_high).numpy()
+
+    def after_act(self, env_step: int, out, actions: np.ndarray, beta: np.ndarray, prefill: bool) -> None:
+        self._env_step = env_step
+        self.last_latent = out.latent
+        self.act_steps += 1
+        if self.controller is None:
+            return
+        if self.last_llm is not None:
+            mask = self.last_llm["mask"] > 0
+            for i in np.flatnonzero(mask):
+                self.pairs.append((out.logits_wm[i].detach().cpu(), torch.as_tensor(self.last_llm["prior_logits"][i])))
+        if prefill:
+            return  # random prefill actions: advice would be wasted budget
+        from lore.llm.controller import EnvQuery
+
+        gate = self.gate_values(out)
+        envs = self.envs
+        queries = [
+            EnvQuery(env_index=i, state_key=envs.state_key(i),
+                     describe=(lambda i=i: envs.describe(i)), snapshot=(lambda i=i: envs.state_snapshot(i)),
+                     beta=float(gate[i]), is_first=bool(self._is_first[i]) if hasattr(self, "_is_first") else False,
+                     reward=0.0)
+            for i in range(self.num_envs)
+        ]
+        self.controller.maybe_request(env_step, queries)
+        if self.agent.prior.refit_due(env_step) and self.pairs:
+            wm = torch.stack([p[0] for p in self.pairs])
+            pr = torch.stack([p[1] for p in self.pairs])
+            self.agent.prior.refit_temperature(wm, pr, env_step=env_step)
+
+    def on_reset(self, is_first: np.ndarray) -> None:
+        self._is_first = is_first.copy()
+        self._env_step = 0
+
+    def on_env_step(self, env_step: int, actions: np.ndarray, reward: np.ndarray, done: np.ndarray) -> None:
+        self._is_first = done.copy()
+        if self.controller is None:
+            return
+        for i in range(self.num_envs):
+            self.controller.observe_action(i, int(actions[i]), self.envs.state_key(i), float(reward[i]), bool(done[i]))
+
+    def maybe_plan(self, env_step: int, out, actions: np.ndarray) -> np.ndarray:
+        if self.planner is None or not self.planner.should_plan(self.act_steps):
+            return actions
+        llm = self.last_llm or {}
+        plan = self.planner.plan(self.agent, out.latent, llm_plan=self.current_plans,
+                                 prior_logits=torch.as_tensor(llm.get("prior_logits")),
+                                 prior_mask=torch.as_tensor(llm.get("mask")),
+                                 policy_action=out.action, policy_logits=out.logits_mix)
+        return plan.action.cpu().numpy()
+
+    # ------------------------------------------------------------------ distillation
+    def _surrogate(self, env_index: int):
+        if self.monitor is None or not self.monitor.trusted() or self.last_latent is None:
+            return None
+        with torch.no_grad():
+            logits = self.agent.prior_net_logits(self.last_latent[env_index:env_index + 1])[0]
+        self.monitor.record_saved()
+        return logits.cpu().numpy().astype(np.float32)
+
+    def _heldout(self, env_index: int, llm_logits) -> None:
+        if self.monitor is None or self.last_latent is None:
+            return
+        with torch.no_grad():
+            net = self.agent.prior_net_logits(self.last_latent[env_index:env_index + 1])[0]
+        self.monitor.observe(net.cpu(), torch.as_tensor(llm_logits))
+
+    def after_update(self, env_step: int, batch, updates: int) -> None:
+        pass
+
+    # ------------------------------------------------------------------ reporting / state
+    def metrics(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        if self.controller is not None:
+            out.update({k: float(v) for k, v in self.controller.counters().items()})
+        if self.sandbox is not None:
+            out.update({f"sandbox_{k}": float(v) for k, v in self.sandbox.counters().items()})
+            out["feature_failures"] = float(self.feature_failures)
+            out["feature_program_adopted"] = float(self.feature_code is not None)
+        if self.planner is not None:
+            out.update(self.planner.metrics())
+        if self.monitor is not None:
+            out.update(self.monitor.metrics())
+        return out
+
+    def state_dict(self) -> dict:
+        return {
+            "controller": self.controller.state_dict() if self.controller is not None else None,
+            "planner": self.planner.state_dict() if self.planner is not None else None,
+            "monitor": self.monitor.state_dict() if self.monitor is not None else None,
+            "feature_code": self.feature_code,
+            "feature_failures": self.feature_failures,
+            "act_steps": self.act_steps,
+            "pairs": list(self.pairs),
+            "is_first": getattr(self, "_is_first", None),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        if self.controller is not None and state["controller"] is not None:
+            self.controller.load_state_dict(state["controller"])
+        if self.planner is not None and state["planner"] is not None:
+            self.planner.load_state_dict(state["planner"])
+        if self.monitor is not None and state["monitor"] is not None:
+            self.monitor.load_state_dict(state["monitor"])
+        if state["feature_code"] is not None and self.sandbox is not None:
+            self._adopt_feature_code(state["feature_code"])
+        self.feature_failures = state["feature_failures"]
+        self.act_steps = state["act_steps"]
+        self.pairs = deque(state["pairs"], maxlen=4096)
+        if state.get("is_first") is not None:
+            self._is_first = state["is_first"]
+
+    def close(self) -> None:
+        if self.controller is not None:
+            self.controller.close()
+        if self.sandbox is not None:
+            self.sandbox.close()

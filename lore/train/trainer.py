@@ -1,0 +1,459 @@
+"""``lore train``: collect env steps, replay, update DreamerV3, evaluate, checkpoint, resume.
+
+One ``Trainer`` owns one run directory. The loop is deliberately linear:
+
+    act (agent + LLM prior) -> env step -> replay rows -> updates (train_ratio) -> eval -> logs -> checkpoint
+
+Resume: everything the loop needs to continue bit-identically on CPU (weights, optimisers,
+return normaliser, prior-layer state, replay, envs mid-episode, RNGs, counters, table rows)
+is in ``checkpoint.pt``; a SIGTERM/SIGINT (SLURM preemption) writes it and exits.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import pickle
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from lore.config import ConfigError, RunConfig, config_from_saved, save_config, to_dict
+from lore.train.checkpoint import load_checkpoint, rng_state, save_checkpoint, seed_everything, set_rng_state
+from lore.train.records import CsvTable, TensorBoard
+from lore.train.replay import SequenceReplay, empty_row_spec
+from lore.utils.io import atomic_write_text
+
+CHECKPOINT = "checkpoint.pt"
+DONE = "done"
+# Per-env LLM inputs at act time (see LLMBridge.inputs); stored in replay as ``llm_<key>``.
+LLM_INPUT_KEYS = ("prior_logits", "mask", "confidence", "features", "features_mask")
+
+
+class Preempted(Exception):
+    """Raised after a checkpoint was written in response to SIGTERM/SIGINT."""
+
+    def __init__(self, env_step: int):
+        super().__init__(f"interrupted: checkpoint written at env step {env_step}; run again to resume")
+        self.env_step = env_step
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device: 'cuda' requested but no CUDA device is available")
+    return torch.device(name)
+
+
+def prepare_run_dir(run_dir: Path) -> None:
+    """Create the run directory and prove it is writable before anything else happens."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe = run_dir / ".write_test"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as e:
+        raise ConfigError(f"run directory {run_dir} is not writable ({e.strerror or e})") from e
+
+
+def check_same_config(saved: RunConfig, wanted: RunConfig, path: Path) -> None:
+    a, b = _flatten(to_dict(saved)), _flatten(to_dict(wanted))
+    diff = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+    if diff:
+        shown = ", ".join(f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in diff[:5])
+        raise ConfigError(
+            f"{path} holds a run with a different config ({shown}{' ...' if len(diff) > 5 else ''}); "
+            f"use another --run-dir or delete this one"
+        )
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+@dataclass
+class EpisodeTracker:
+    """Running return/length/success of the current training episode of each env."""
+
+    returns: list = field(default_factory=list)
+    lengths: list = field(default_factory=list)
+    successes: list = field(default_factory=list)
+
+    def reset(self, n: int) -> None:
+        self.returns, self.lengths, self.successes = [0.0] * n, [0] * n, [0.0] * n
+
+
+class Trainer:
+    def __init__(self, cfg: RunConfig, run_dir: str | Path, show_progress: bool | None = None):
+        from lore.dreamer.agent import DreamerAgent
+        from lore.envs import make_env_from_config, make_vector_env
+
+        self.cfg = cfg
+        self.run_dir = Path(run_dir)
+        self.device = resolve_device(cfg.device)
+        self.show_progress = cfg.train.progress if show_progress is None else show_progress
+        prepare_run_dir(self.run_dir)
+        seed_everything(cfg.seed)
+
+        # Training envs get per-env seeds derived from the run seed; evaluation uses a disjoint, fixed set of layouts.
+        try:
+            self.envs = make_vector_env(cfg.env, cfg.seed)
+            self.eval_env = make_env_from_config(cfg.env, seed=10_000_000 + cfg.seed)
+        except ValueError as e:
+            raise ConfigError(f"env: {e}") from e
+        self.num_envs = cfg.env.num_envs
+        self.num_actions = int(self.envs.action_space.n)
+        obs_space = self.envs.single_observation_space
+        self.agent = DreamerAgent(obs_space, self.num_actions, cfg, self.device)
+
+        obs_shapes = {k: tuple(s.shape) for k, s in obs_space.spaces.items()}
+        obs_dtypes = {k: (torch.uint8 if s.dtype == np.uint8 else torch.float32) for k, s in obs_space.spaces.items()}
+        spec = empty_row_spec(obs_shapes, obs_dtypes, self.num_actions, cfg.features.n_features)
+        memmap_dir = str(self.run_dir / "replay_memmap") if cfg.train.replay_memmap else None
+        self.replay = SequenceReplay(spec, self.num_envs, cfg.train.replay_capacity, cfg.train.batch_size,
+                                     cfg.train.batch_length, memmap_dir=memmap_dir)
+
+        from lore.train.llm_bridge import LLMBridge
+
+        self.bridge = LLMBridge(cfg, self.run_dir, self.envs, self.agent)
+
+        self.eval_table = CsvTable(self.run_dir / "eval.csv")
+        self.episode_table = CsvTable(self.run_dir / "episodes.csv")
+        self.metric_table = CsvTable(self.run_dir / "metrics.csv")
+        self.env_step = 0
+        self.updates = 0
+        self.update_credit = 0.0
+        self.episodes_done = 0
+        self.tracker = EpisodeTracker()
+        self.tracker.reset(self.num_envs)
+        self.latest_eval_sr = float("nan")
+        self.next_eval = 0
+        self.next_log = cfg.train.log_every
+        self.next_checkpoint = cfg.train.checkpoint_every
+        self.train_metrics: dict[str, list[float]] = {}
+        self.act_metrics: dict[str, list[float]] = {}
+        self.wall_time = 0.0
+        self.update_time = 0.0
+        self._stop_signal: int | None = None
+        self.obs = None
+        self.is_first = None
+        self.agent_state = None
+        self.pending: list[dict | None] = [None] * self.num_envs
+
+    # ------------------------------------------------------------------ public entry points
+    def run(self) -> dict:
+        ckpt = self.run_dir / CHECKPOINT
+        resumed = ckpt.exists()
+        if resumed:
+            self._restore(load_checkpoint(ckpt))
+        else:
+            save_config(self.cfg, self.run_dir / "config.yaml")
+            self._start_episodes()
+        self.tb = TensorBoard(self.run_dir / "tb", self.cfg.train.tensorboard,
+                              purge_step=self.env_step if resumed else None)
+        old_handlers = self._install_signal_handlers()
+        bar = self._progress_bar()
+        try:
+            self._loop(bar)
+        finally:
+            if bar is not None:
+                bar.close()
+            self._restore_signal_handlers(old_handlers)
+            self.tb.close()
+        summary = self._finish()
+        return summary
+
+    # ------------------------------------------------------------------ main loop
+    def _loop(self, bar) -> None:
+        cfg = self.cfg
+        updates_per_step = cfg.train.train_ratio / (cfg.train.batch_size * cfg.train.batch_length)
+        t_last = time.perf_counter()
+        if self.env_step == 0 and self.next_eval == 0:
+            self._evaluate()
+        while self.env_step < cfg.train.steps:
+            if self._stop_signal is not None:
+                self._checkpoint()
+                raise Preempted(self.env_step)
+            self._collect_step()
+            if self.env_step >= cfg.train.prefill and self.replay.ready():
+                self.update_credit += updates_per_step * self.num_envs
+                while self.update_credit >= 1.0:
+                    self.update_credit -= 1.0
+                    self._update()
+            if self.env_step >= self.next_eval:
+                self._evaluate()
+            now = time.perf_counter()
+            self.wall_time += now - t_last
+            t_last = now
+            if self.env_step >= self.next_log:
+                self._log()
+            if self.env_step >= self.next_checkpoint:
+                self._checkpoint()
+                self.next_checkpoint += cfg.train.checkpoint_every
+            if bar is not None:
+                bar.n = min(self.env_step, cfg.train.steps)
+                bar.set_postfix(sps=f"{self.env_step / max(self.wall_time, 1e-9):.0f}",
+                                eval_sr=f"{self.latest_eval_sr:.2f}", refresh=False)
+                bar.update(0)
+
+    def _start_episodes(self) -> None:
+        obs, _ = self.envs.reset(seed=self.cfg.seed)
+        self.obs = obs
+        self.is_first = np.ones(self.num_envs, dtype=bool)
+        self.agent_state = self.agent.initial_state(self.num_envs)
+        for i in range(self.num_envs):
+            self.pending[i] = self._row(i, obs, reward=0.0, first=True, terminal=False, last=False)
+        self.bridge.on_reset(np.ones(self.num_envs, dtype=bool))
+
+    def _row(self, i: int, obs: dict, reward: float, first: bool, terminal: bool, last: bool) -> dict:
+        row = {f"obs.{k}": np.asarray(v[i]) for k, v in obs.items()}
+        row.update(reward=np.float32(reward), is_first=first, is_terminal=terminal, is_last=last)
+        return row
+
+    def _collect_step(self) -> None:
+        cfg = self.cfg
+        prefill = self.env_step < cfg.train.prefill
+        llm_in = self.bridge.inputs(self.env_step)
+        obs_t = {k: torch.as_tensor(v, device=self.device) for k, v in self.obs.items()}
+        first_t = torch.as_tensor(self.is_first, device=self.device)
+        llm_t = {k: torch.as_tensor(v, device=self.device) for k, v in llm_in.items()}
+        out = self.agent.act(obs_t, first_t, self.agent_state, llm_t, self.env_step, sample=True)
+        self.agent_state = out.state
+        if prefill:
+            actions = np.random.randint(0, self.num_actions, size=self.num_envs)
+            beta = np.zeros(self.num_envs, dtype=np.float32)
+        else:
+            actions = out.action.cpu().numpy()
+            actions = self.bridge.maybe_plan(self.env_step, out, actions)
+            beta = out.beta.float().cpu().numpy()
+            self._record_act(out, llm_in)
+        actions_t = torch.as_tensor(actions, device=self.device)
+        self.agent_state = self.agent.set_action(self.agent_state, actions_t) if hasattr(self.agent, "set_action") \
+            else self.agent_state
+        for i in range(self.num_envs):
+            row = self.pending[i]
+            row["action"] = np.int64(actions[i])
+            row["llm_beta"] = np.float32(beta[i])
+            for key in LLM_INPUT_KEYS:
+                row[f"llm_{key}"] = llm_in[key][i]
+            self.replay.add(i, row)
+        self.bridge.after_act(self.env_step, out, actions, beta, prefill)
+
+        obs, reward, terminated, truncated, info = self.envs.step(actions)
+        self.env_step += self.num_envs
+        done = np.logical_or(terminated, truncated)
+        for i in range(self.num_envs):
+            self.tracker.returns[i] += float(reward[i])
+            self.tracker.lengths[i] += 1
+            step_info = info["final_info"][i] if done[i] else info["infos"][i]
+            self.tracker.successes[i] = float(step_info.get("success", 0.0))
+            if done[i]:
+                final_obs = info["final_obs"][i]
+                last = {k: np.asarray(v)[None] for k, v in final_obs.items()}
+                row = self._row(0, last, float(reward[i]), first=False, terminal=bool(terminated[i]), last=True)
+                row.update(action=np.int64(0), llm_beta=np.float32(0.0), **self.bridge.empty_llm_row())
+                self.replay.add(i, row)
+                self.episode_table.append({
+                    "env_step": self.env_step, "episode": self.episodes_done, "env_index": i,
+                    "return": self.tracker.returns[i], "length": self.tracker.lengths[i],
+                    "success": self.tracker.successes[i],
+                })
+                self.episodes_done += 1
+                self.tracker.returns[i], self.tracker.lengths[i] = 0.0, 0
+                self.pending[i] = self._row(i, obs, 0.0, first=True, terminal=False, last=False)
+            else:
+                self.pending[i] = self._row(i, obs, float(reward[i]), first=False, terminal=False, last=False)
+        self.obs = obs
+        self.is_first = done.copy()
+        self.bridge.on_env_step(self.env_step, actions, reward, done)
+
+    def _record_act(self, out, llm_in: dict) -> None:
+        values = {
+            "llm_action_changed_frac": out.action_changed.float().mean().item(),
+            "llm_prior_applied_frac": float(np.mean(llm_in["mask"])),
+        }
+        for key in ("beta", "u_entropy", "u_value_var", "u_disagreement"):
+            tensor = getattr(out, key, None)
+            if tensor is not None:
+                values[f"act_{key}_mean" if key == "beta" else key] = tensor.float().mean().item()
+        for k, v in values.items():
+            self.act_metrics.setdefault(k, []).append(v)
+
+    def _update(self) -> None:
+        t0 = time.perf_counter()
+        batch = self.replay.sample().to(self.device)
+        metrics = self.agent.train_step(batch)
+        self.updates += 1
+        for k, v in metrics.items():
+            self.train_metrics.setdefault(k, []).append(float(v))
+        self.bridge.after_update(self.env_step, batch, self.updates)
+        self.update_time += time.perf_counter() - t0
+
+    # ------------------------------------------------------------------ evaluation
+    def _evaluate(self) -> None:
+        from lore.train.evaluate import evaluate_policy
+
+        result = evaluate_policy(self.agent, self.eval_env, self.cfg, self.device, eval_index=len(self.eval_table.rows),
+                                 llm_inputs=self.bridge.eval_inputs)
+        row = {"env_step": self.env_step, **result}
+        self.eval_table.append(row)
+        self.eval_table.flush()
+        self.latest_eval_sr = result["success_rate"]
+        self.tb.scalars("eval", result, self.env_step) if hasattr(self, "tb") else None
+        self.next_eval = (self.env_step // self.cfg.eval.every + 1) * self.cfg.eval.every
+
+    # ------------------------------------------------------------------ logging
+    def _log(self) -> None:
+        row = {"env_step": self.env_step, "updates": self.updates, "episodes": self.episodes_done}
+        for source in (self.train_metrics, self.act_metrics):
+            for key, values in source.items():
+                finite = [v for v in values if math.isfinite(v)]
+                row[key] = float(np.mean(finite)) if finite else float("nan")
+        row.update(self.agent.prior.metrics() if hasattr(self.agent, "prior") else {})
+        row.update(self.bridge.metrics())
+        row["steps_per_s"] = self.env_step / max(self.wall_time, 1e-9)
+        row["update_ms"] = 1000.0 * self.update_time / max(self.updates, 1)
+        row["update_time_frac"] = self.update_time / max(self.wall_time, 1e-9)
+        self.metric_table.append(row)
+        self.metric_table.flush()
+        self.episode_table.flush()
+        self.tb.scalars("train", row, self.env_step)
+        self.train_metrics.clear()
+        self.act_metrics.clear()
+        self.next_log = (self.env_step // self.cfg.train.log_every + 1) * self.cfg.train.log_every
+
+    def _progress_bar(self):
+        if not self.show_progress:
+            return None
+        from tqdm import tqdm
+
+        return tqdm(total=self.cfg.train.steps, initial=self.env_step, unit="step", dynamic_ncols=True,
+                    desc=f"{self.cfg.env.name} {self.cfg.ablation} s{self.cfg.seed}", mininterval=1.0)
+
+    # ------------------------------------------------------------------ checkpoint / resume
+    def _checkpoint(self) -> None:
+        payload = {
+            "version": 1,
+            "env_step": self.env_step,
+            "updates": self.updates,
+            "update_credit": self.update_credit,
+            "episodes_done": self.episodes_done,
+            "tracker": (self.tracker.returns, self.tracker.lengths, self.tracker.successes),
+            "next_eval": self.next_eval,
+            "next_log": self.next_log,
+            "next_checkpoint": self.next_checkpoint,
+            "latest_eval_sr": self.latest_eval_sr,
+            "wall_time": self.wall_time,
+            "update_time": self.update_time,
+            "train_metrics": self.train_metrics,
+            "act_metrics": self.act_metrics,
+            "agent": self.agent.state_dict(),
+            "agent_state": {k: v.cpu() for k, v in self.agent_state.items()},
+            "replay": self.replay.state_dict() if self.cfg.train.save_replay else None,
+            "envs": pickle.dumps(self.envs),
+            "obs": self.obs,
+            "is_first": self.is_first,
+            "pending": self.pending,
+            "bridge": self.bridge.state_dict(),
+            "tables": {"eval": self.eval_table.state_dict(), "episodes": self.episode_table.state_dict(),
+                       "metrics": self.metric_table.state_dict()},
+            "rng": rng_state(),
+        }
+        save_checkpoint(self.run_dir / CHECKPOINT, payload)
+
+    def _restore(self, payload: dict) -> None:
+        saved_cfg_path = self.run_dir / "config.yaml"
+        if saved_cfg_path.exists():
+            check_same_config(config_from_saved(saved_cfg_path), self.cfg, self.run_dir)
+        self.env_step = payload["env_step"]
+        self.updates = payload["updates"]
+        self.update_credit = payload["update_credit"]
+        self.episodes_done = payload["episodes_done"]
+        self.tracker.returns, self.tracker.lengths, self.tracker.successes = (list(x) for x in payload["tracker"])
+        self.next_eval = payload["next_eval"]
+        self.next_log = payload["next_log"]
+        self.next_checkpoint = payload["next_checkpoint"]
+        self.latest_eval_sr = payload["latest_eval_sr"]
+        self.wall_time = payload["wall_time"]
+        self.update_time = payload["update_time"]
+        self.train_metrics = payload["train_metrics"]
+        self.act_metrics = payload["act_metrics"]
+        self.agent.load_state_dict(payload["agent"])
+        self.agent_state = {k: v.to(self.device) for k, v in payload["agent_state"].items()}
+        if payload["replay"] is not None:
+            self.replay.load_state_dict(payload["replay"])
+        self.envs = pickle.loads(payload["envs"])
+        self.bridge.envs = self.envs
+        self.obs = payload["obs"]
+        self.is_first = payload["is_first"]
+        self.pending = payload["pending"]
+        self.bridge.load_state_dict(payload["bridge"])
+        self.eval_table.load_state_dict(payload["tables"]["eval"])
+        self.episode_table.load_state_dict(payload["tables"]["episodes"])
+        self.metric_table.load_state_dict(payload["tables"]["metrics"])
+        for table in (self.eval_table, self.episode_table, self.metric_table):
+            table.flush()
+        set_rng_state(payload["rng"])
+
+    def _finish(self) -> dict:
+        if self.eval_table.rows and self.eval_table.rows[-1]["env_step"] != self.env_step:
+            self._evaluate()
+        elif not self.eval_table.rows:
+            self._evaluate()
+        self._log()
+        self._checkpoint()
+        self.bridge.close()
+        last = self.eval_table.rows[-1]
+        summary = {
+            "env_step": self.env_step,
+            "updates": self.updates,
+            "episodes": self.episodes_done,
+            "wall_s": round(self.wall_time, 2),
+            "final_success_rate": last["success_rate"],
+            "final_return_mean": last["return_mean"],
+            **{k: v for k, v in self.bridge.metrics().items() if k.startswith("llm_calls")},
+        }
+        atomic_write_text(self.run_dir / DONE, json.dumps(summary, indent=2) + "\n")
+        return summary
+
+    # ------------------------------------------------------------------ signals
+    def _install_signal_handlers(self):
+        def handler(signum, _frame):
+            self._stop_signal = signum
+
+        old = {}
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                old[sig] = signal.signal(sig, handler)
+            except ValueError:  # not the main thread (e.g. embedded use): no preemption support
+                pass
+        return old
+
+    @staticmethod
+    def _restore_signal_handlers(old) -> None:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+
+
+def train(cfg: RunConfig, run_dir: str | Path, show_progress: bool | None = None) -> dict:
+    """Train (or resume, or no-op when complete) one run; returns the summary written to ``done``."""
+    run_dir = Path(run_dir)
+    done = run_dir / DONE
+    if done.exists():
+        return {"already_done": True, **json.loads(done.read_text())}
+    torch.set_num_threads(max(1, int(os.environ.get("LORE_THREADS", torch.get_num_threads()))))
+    trainer = Trainer(cfg, run_dir, show_progress=show_progress)
+    return trainer.run()

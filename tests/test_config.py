@@ -1,0 +1,102 @@
+"""The typed config tree: presets, ablations, overrides and the errors for bad input."""
+
+import dataclasses
+
+import pytest
+import yaml
+
+from lore.ablations import ABLATIONS
+from lore.config import ConfigError, RunConfig, build_config, config_from_saved, load_config, parse_override, save_config
+from lore.presets import PRESETS
+
+
+def test_defaults_resolve_preset_dims():
+    cfg = build_config()
+    assert cfg.model.preset == "xs"
+    for key, value in PRESETS["xs"].items():
+        assert getattr(cfg.model, key) == value
+
+
+def test_override_types_and_explicit_model_dim_wins():
+    cfg = build_config(overrides=["train.steps=20000", "model.preset=s", "model.deter=128", "prior.beta_max=2"])
+    assert cfg.train.steps == 20000 and isinstance(cfg.train.steps, int)
+    assert cfg.model.units == PRESETS["s"]["units"]
+    assert cfg.model.deter == 128
+    assert cfg.prior.beta_max == 2.0 and isinstance(cfg.prior.beta_max, float)
+
+
+@pytest.mark.parametrize("override, needle", [
+    ("train.stepz=5", "train.stepz"),
+    ("nosuch.key=1", "nosuch"),
+    ("train.steps=many", "train.steps"),
+    ("prior.enabled=3", "prior.enabled"),
+    ("env.obs=rgb", "env.obs"),
+    ("model.preset=huge", "model.preset"),
+    ("train.steps", "KEY=VALUE"),
+    ("=3", "dotted key"),
+    ("model.deter=-4", "model.deter"),
+])
+def test_bad_overrides_name_the_key(override, needle):
+    with pytest.raises(ConfigError, match=needle.replace(".", r"\.")):
+        build_config(overrides=[override])
+
+
+def test_unknown_ablation_is_rejected():
+    with pytest.raises(ConfigError, match="ablation"):
+        build_config(ablation="everything")
+
+
+def test_every_ablation_resolves_and_differs_from_rl_only():
+    base = dataclasses.asdict(build_config(ablation="rl_only"))
+    for name in ABLATIONS:
+        cfg = build_config(ablation=name)
+        assert cfg.ablation == name
+        if name != "rl_only":
+            assert dataclasses.asdict(cfg) != {**base, "ablation": name}, name
+    assert build_config(ablation="rl_only").llm.backend == "none"
+    full = build_config(ablation="full")
+    assert full.prior.enabled and full.prior.gate == "uncertainty" and full.prior.kl_mode == "lagrangian"
+    assert build_config(ablation="prior_only").prior.gate == "fixed"
+    assert build_config(ablation="kl").prior.kl_mode == "lagrangian"
+    assert build_config(ablation="features").features.enabled and not build_config(ablation="features").prior.enabled
+
+
+def test_user_override_beats_ablation():
+    cfg = build_config(overrides=["prior.kl_mode=none"], ablation="full")
+    assert cfg.prior.kl_mode == "none"
+
+
+def test_yaml_file_and_saved_round_trip(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump({"env": {"name": "MiniGrid-Empty-5x5-v0"}, "train": {"steps": 123}}))
+    cfg = load_config(path, ["seed=4"], "gate")
+    save_config(cfg, tmp_path / "resolved.yaml")
+    again = config_from_saved(tmp_path / "resolved.yaml")
+    assert dataclasses.asdict(again) == dataclasses.asdict(cfg)
+    assert again.env.name == "MiniGrid-Empty-5x5-v0" and again.train.steps == 123 and again.seed == 4
+
+
+def test_yaml_unknown_key_and_missing_file(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("train:\n  batch: 3\n")
+    with pytest.raises(ConfigError, match="train.batch"):
+        load_config(path)
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "missing.yaml")
+
+
+def test_parse_override_parses_yaml_values():
+    assert parse_override("a.b=[1, 2]") == {"a": {"b": [1, 2]}}
+    assert parse_override("x=null") == {"x": None}
+
+
+def test_semantic_checks():
+    with pytest.raises(ConfigError, match="tau_low"):
+        build_config(overrides=["prior.tau_low=2", "prior.tau_high=1"])
+    with pytest.raises(ConfigError, match="replay_ledger"):
+        build_config(overrides=["llm.backend=replay"])
+
+
+def test_defaults_are_declared_once():
+    # The dataclass defaults are the single source of truth: a bare RunConfig equals build_config's base.
+    assert dataclasses.asdict(RunConfig().train) == dataclasses.asdict(build_config().train)
