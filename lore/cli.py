@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_args(c)
     sub.add_parser("list", help="list ablations and model presets")
     for name in ANALYSIS_COMMANDS:
-        sub.add_parser(name, help="analysis command (see `lore %s --help`)" % name, add_help=False)
+        sub.add_parser(name, help=f"analysis command (see `lore {name} --help`)", add_help=False)
     return parser
 
 

@@ -15,7 +15,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal, Union
 
 import yaml
 
@@ -36,7 +36,7 @@ class EnvConfig:
     """``symbolic`` is the CPU default; a pixel world model costs ~2.3 s per update on 2 cores."""
     view: Literal["egocentric", "full"] = "egocentric"
     """MiniGrid only: the agent's 7x7 egocentric view (standard) or the full grid."""
-    max_episode_steps: Optional[int] = None
+    max_episode_steps: int | None = None
     """None keeps the environment's own limit (DoorKey-5x5: 250, Crafter: 10000)."""
     crafter_area: int = 64
     crafter_view: int = 9
@@ -48,16 +48,16 @@ class ModelConfig:
     """Network sizes. ``preset`` fills every field left as None (see :mod:`lore.presets`)."""
 
     preset: str = "xs"
-    deter: Optional[int] = None
-    stoch: Optional[int] = None
-    classes: Optional[int] = None
-    units: Optional[int] = None
-    layers: Optional[int] = None
-    cnn_depth: Optional[int] = None
-    bins: Optional[int] = None
-    value_heads: Optional[int] = None
-    ensemble: Optional[int] = None
-    feature_units: Optional[int] = None
+    deter: int | None = None
+    stoch: int | None = None
+    classes: int | None = None
+    units: int | None = None
+    layers: int | None = None
+    cnn_depth: int | None = None
+    bins: int | None = None
+    value_heads: int | None = None
+    ensemble: int | None = None
+    feature_units: int | None = None
 
 
 @dataclass
@@ -136,17 +136,17 @@ class ControllerConfig:
 class LLMConfig:
     backend: Literal["none", "scripted", "gemini", "replay"] = "scripted"
     model: str = "gemini-2.5-flash-lite"
-    base_url: Optional[str] = None
+    base_url: str | None = None
     """Overrides the Gemini endpoint; the SDK also honours GOOGLE_GEMINI_BASE_URL."""
-    api_version: Optional[str] = None
+    api_version: str | None = None
     timeout_s: float = 20.0
     retries: int = 3
     backoff_s: float = 0.5
     max_wait_ms: float = 0.0
     """The env loop waits at most this long for an answer; 0 = never blocks."""
-    cache_path: Optional[str] = "results/llm_cache.sqlite"
+    cache_path: str | None = "results/llm_cache.sqlite"
     """Persistent (backend, model, prompt) cache shared across runs; None disables."""
-    replay_ledger: Optional[str] = None
+    replay_ledger: str | None = None
     """``llm_calls.jsonl`` of an earlier run, for ``backend: replay``."""
     simulated_latency_ms: float = 0.0
     """Scripted backend only: sleep this long per call (cost benchmarks)."""

@@ -6,7 +6,15 @@ import pytest
 import yaml
 
 from lore.ablations import ABLATIONS
-from lore.config import ConfigError, RunConfig, build_config, config_from_saved, load_config, parse_override, save_config
+from lore.config import (
+    ConfigError,
+    RunConfig,
+    build_config,
+    config_from_saved,
+    load_config,
+    parse_override,
+    save_config,
+)
 from lore.presets import PRESETS
 
 
