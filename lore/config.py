@@ -151,6 +151,12 @@ class LLMConfig:
     simulated_latency_ms: float = 0.0
     """Scripted backend only: sleep this long per call (cost benchmarks)."""
     logit_clip: float = 10.0
+    plan_max_len: int = 32
+    """Longest plan accepted from (and asked of) the LLM."""
+    plan_logit: float = 4.0
+    """Logit given to the plan's next action while the agent follows a plan."""
+    max_inflight: int = 1
+    """Background calls that may run at once."""
     controller: ControllerConfig = field(default_factory=ControllerConfig)
 
 
@@ -187,7 +193,10 @@ class PriorConfig:
     align_temperature: bool = False
     temperature_refit_every: int = 1_000
     temperature_min: float = 0.1
-    temperature_max: float = 10.0
+    temperature_max: float = 3.0
+    temperature_fit_max_entropy: float = 0.8
+    """Skip a refit while the policy's mean entropy exceeds this fraction of log A: an untrained,
+    near-uniform actor would otherwise push T to its maximum and switch the prior off."""
     kl_mode: Literal["none", "lagrangian", "prior_reg", "bonus"] = "none"
     kl_delta: float = 0.1
     kl_eta: float = 0.05
@@ -209,6 +218,8 @@ class FeaturesConfig:
     timeout_s: float = 1.0
     memory_mb: int = 256
     workers: int = 1
+    clip: float = 1000.0
+    """Feature values are clipped to [-clip, clip] after the finiteness check."""
 
 
 @dataclass

@@ -51,7 +51,7 @@ _STATE_VERSION = 1
 # Running sums behind metrics(): reset by every metrics() call.
 _ACC_KEYS = ("n_act", "beta_sum", "beta_sq", "n_applied", "beta_applied_sum", "mask_sum", "open_sum",
              "u_entropy", "u_value_var", "u_disagreement", "n_u", "entropy_wm", "entropy_mix",
-             "n_loss", "kl_mix_wm", "prior_loss")
+             "n_loss", "kl_mix_wm", "prior_loss", "u_gate", "n_gate")
 
 
 def _zero_acc() -> dict[str, float]:
@@ -92,6 +92,7 @@ class PriorLayer:
         self.last_env_step = 0
         self.last_refit_step: int | None = None
         self.refits = 0
+        self.refits_skipped = 0
         self._acc = _zero_acc()
 
     # ------------------------------------------------------------------ schedule
@@ -166,7 +167,7 @@ class PriorLayer:
                 for normaliser, signal in zip(self.normalisers, signals, strict=True):
                     normaliser.update(signal)
             beta_max_now = self.beta_max_at(env_step)
-            is_open = None
+            is_open, u_comb = None, None
             if not self.cfg.enabled:
                 beta = torch.zeros(batch, device=device)
             else:
@@ -193,12 +194,15 @@ class PriorLayer:
                 self.gate_open = is_open.detach().cpu()
             self.act_calls += 1
             self.last_env_step = int(env_step)
-            self._record_act(logits_wm, logits_mix, beta, mask, signals)
+            self._record_act(logits_wm, logits_mix, beta, mask, signals, u_comb)
         return logits_mix, beta
 
-    def _record_act(self, logits_wm, logits_mix, beta, mask, signals) -> None:
+    def _record_act(self, logits_wm, logits_mix, beta, mask, signals, u_comb) -> None:
         acc = self._acc
         with torch.no_grad():
+            if u_comb is not None:
+                acc["n_gate"] += u_comb.numel()
+                acc["u_gate"] += u_comb.double().sum().item()
             beta = beta.detach().double()
             applied = mask > 0
             acc["n_act"] += beta.numel()
@@ -320,6 +324,12 @@ class PriorLayer:
 
         No-op unless ``align_temperature``. Rows with ``mask == 0`` (if a mask is given) and rows whose
         prior is constant (uniform: ``T`` changes nothing there) are ignored; no usable row keeps ``T``.
+
+        A near-uniform policy carries no information about the right scale, and matching the prior to
+        it drives ``T`` to ``temperature_max`` (which switches the prior off). So the refit is skipped
+        (``T`` kept, counted in ``temperature_refits_skipped``) while the mean policy entropy on the
+        rows exceeds ``prior.temperature_fit_max_entropy * log A`` (read with ``getattr``, default 1.0:
+        never skipped).
         """
         if not (self.cfg.enabled and self.cfg.align_temperature):
             return self.temperature
@@ -335,6 +345,11 @@ class PriorLayer:
             self.last_refit_step = int(env_step)
         if rows.sum() == 0:
             return self.temperature
+        max_entropy = float(self.cfg.temperature_fit_max_entropy)
+        entropy = categorical_entropy(logits[rows].double()).mean().item()
+        if max_entropy < 1.0 and entropy > max_entropy * math.log(self.num_actions):
+            self.refits_skipped += 1
+            return self.temperature
         self.temperature = fit_temperature(logits[rows], prior[rows], self.cfg.temperature_min,
                                            self.cfg.temperature_max, fallback=self.temperature)
         self.refits += 1
@@ -343,7 +358,10 @@ class PriorLayer:
     # ------------------------------------------------------------------ reporting and state
 
     def metrics(self) -> dict[str, float]:
-        """Means over the act / actor_loss calls since the previous ``metrics()`` call (NaN when none)."""
+        """Means over the act / actor_loss calls since the previous ``metrics()`` call (NaN when none).
+
+        ``u_*`` are the raw signals; ``u_gate`` the EMA-normalised weighted mean the gate thresholds.
+        """
         acc = self._acc
         nan = math.nan
 
@@ -360,6 +378,7 @@ class PriorLayer:
             "u_entropy": ratio(acc["u_entropy"], acc["n_u"]),
             "u_value_var": ratio(acc["u_value_var"], acc["n_u"]),
             "u_disagreement": ratio(acc["u_disagreement"], acc["n_u"]),
+            "u_gate": ratio(acc["u_gate"], acc["n_gate"]),
             "kl_mix_wm": ratio(acc["kl_mix_wm"], acc["n_loss"]),
             "prior_loss": ratio(acc["prior_loss"], acc["n_loss"]),
             "lambda_kl": self.current_lambda(),
@@ -369,6 +388,7 @@ class PriorLayer:
             "gate_open_frac": ratio(acc["open_sum"], acc["n_act"]),
             "beta_max_now": self.beta_max_at(self.last_env_step),
             "temperature_refits": float(self.refits),
+            "temperature_refits_skipped": float(self.refits_skipped),
         }
         self._acc = _zero_acc()
         return out
@@ -384,6 +404,7 @@ class PriorLayer:
             "last_env_step": self.last_env_step,
             "last_refit_step": self.last_refit_step,
             "refits": self.refits,
+            "refits_skipped": self.refits_skipped,
             "acc": dict(self._acc),
         }
 
@@ -403,4 +424,5 @@ class PriorLayer:
         self.last_env_step = int(state["last_env_step"])
         self.last_refit_step = None if state["last_refit_step"] is None else int(state["last_refit_step"])
         self.refits = int(state["refits"])
+        self.refits_skipped = int(state.get("refits_skipped", 0))
         self._acc = {**_zero_acc(), **{k: float(v) for k, v in state["acc"].items()}}

@@ -40,7 +40,8 @@ class LLMBridge:
         self.last_llm: dict | None = None
         # Recent (logits_wm, prior) pairs where a prior applied: the data for temperature alignment.
         self.pairs: deque = deque(maxlen=4096)
-        self.rng = np.random.default_rng(cfg.seed + 17)
+        self.current_advice: list = [None] * self.num_envs
+        self.compared_keys: list = [None] * self.num_envs
         if not self.enabled:
             return
         from lore.llm.controller import LLMController
@@ -51,8 +52,7 @@ class LLMBridge:
         if cfg.features.enabled:
             from lore.llm.sandbox import FeatureSandbox
 
-            self.sandbox = FeatureSandbox(self.n_features, timeout_s=cfg.features.timeout_s,
-                                          memory_mb=cfg.features.memory_mb, workers=cfg.features.workers)
+            self.sandbox = FeatureSandbox.from_config(cfg.features)
         if cfg.plan.enabled:
             from lore.plan.planner import Planner
 
@@ -84,6 +84,7 @@ class LLMBridge:
             "features_mask": np.zeros(n, np.float32),
         }
         self.current_plans: list = [None] * n
+        self.current_advice: list = [None] * n
         if self.controller is None:
             self.last_llm = out
             return out
@@ -91,6 +92,7 @@ class LLMBridge:
             advice = self.controller.current(i, self.envs.state_key(i), env_step)
             if advice is None:
                 continue
+            self.current_advice[i] = advice
             out["prior_logits"][i] = advice.prior_logits
             out["mask"][i] = 1.0
             out["confidence"][i] = advice.confidence
@@ -146,6 +148,8 @@ class LLMBridge:
             mask = self.last_llm["mask"] > 0
             for i in np.flatnonzero(mask):
                 self.pairs.append((out.logits_wm[i].detach().cpu(), torch.as_tensor(self.last_llm["prior_logits"][i])))
+        if self.monitor is not None and not self.monitor.trusted():
+            self._compare_fresh_answers(out)
         if prefill:
             return  # random prefill actions: advice would be wasted budget
         from lore.llm.controller import EnvQuery
@@ -195,12 +199,23 @@ class LLMBridge:
         self.monitor.record_saved()
         return logits.cpu().numpy().astype(np.float32)
 
-    def _heldout(self, env_index: int, llm_logits) -> None:
-        if self.monitor is None or self.last_latent is None:
-            return
-        with torch.no_grad():
-            net = self.agent.prior_net_logits(self.last_latent[env_index:env_index + 1])[0]
-        self.monitor.observe(net.cpu(), torch.as_tensor(llm_logits))
+    def _heldout(self, surrogate_logits, llm_logits) -> None:
+        """A held-out check made while PriorNet is trusted: keep measuring it against the LLM."""
+        if self.monitor is not None:
+            self.monitor.observe(torch.as_tensor(surrogate_logits), torch.as_tensor(llm_logits))
+
+    def _compare_fresh_answers(self, out) -> None:
+        """Before trust: each fresh LLM answer (not yet in replay, so held out) is compared with PriorNet."""
+        for i, advice in enumerate(self.current_advice):
+            if advice is None or advice.source != "llm":
+                continue
+            key = self.envs.state_key(i)
+            if self.compared_keys[i] == key:
+                continue
+            self.compared_keys[i] = key
+            with torch.no_grad():
+                net = self.agent.prior_net_logits(out.latent[i:i + 1])[0]
+            self.monitor.observe(net.cpu(), torch.as_tensor(advice.prior_logits))
 
     def after_update(self, env_step: int, batch, updates: int) -> None:
         pass

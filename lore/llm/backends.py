@@ -1,0 +1,391 @@
+"""LLM backends behind one interface: ``backend.complete(request) -> BackendResponse``.
+
+* ``scripted`` — the offline advisor of :mod:`lore.llm.scripted` (no key, no network); the default.
+* ``gemini`` — the real ``google-genai`` client, JSON mode with a response schema, temperature 0,
+  our own retry loop (exponential backoff on 429 / 5xx / connection errors, attempts counted).
+* ``replay`` — answers recorded in an earlier run's ``llm_calls.jsonl``, matched by prompt hash
+  (in order for repeated prompts), so a Gemini run re-executes without a key.
+
+Failures are typed (:class:`LLMError` subclasses, each with a ``kind``); the controller counts them
+by kind and the step simply gets no prior. Start-up problems (missing key, unusable ledger) raise
+:class:`LLMConfigError` from :func:`make_backend`. The API key is never put into a message, a file
+or a repr: every error text passes through :func:`redact` first.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from lore.llm.schema import DEFAULT_MAX_PLAN_LEN, gemini_response_schema
+from lore.llm.scripted import ScriptedAdvisor
+
+API_KEY_ENV = "GEMINI_API_KEY"
+BACKEND_FAILURES = (
+    "timeout", "rate_limited", "server_error", "http_error", "connection_error", "replay_miss",
+    "backend_error",
+)
+"""Failure kinds raised by backends (validation kinds are in :data:`lore.llm.schema.VALIDATION_FAILURES`)."""
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+class LLMConfigError(ValueError):
+    """A start-up problem (missing key, unusable replay ledger, unknown backend)."""
+
+
+class LLMError(Exception):
+    """A failed call; ``kind`` names the failure, ``attempts`` the HTTP attempts made."""
+
+    kind = "backend_error"
+
+    def __init__(self, message: str, attempts: int = 1, kind: str | None = None,
+                 deliver_at: tuple[int, int] | None = None):
+        super().__init__(message)
+        self.attempts = attempts
+        self.deliver_at = deliver_at  # replay: (step, phase) at which the original run saw this failure
+        if kind is not None:
+            self.kind = kind
+
+
+class LLMTimeout(LLMError):
+    kind = "timeout"
+
+
+class LLMRateLimited(LLMError):
+    kind = "rate_limited"
+
+
+class LLMServerError(LLMError):
+    kind = "server_error"
+
+
+class LLMHTTPError(LLMError):
+    kind = "http_error"
+
+
+class LLMConnectionError(LLMError):
+    kind = "connection_error"
+
+
+class LLMReplayMiss(LLMError):
+    kind = "replay_miss"
+
+
+def redact(text: str, secrets: tuple[str, ...] | None = None) -> str:
+    """``text`` with every secret (default: the current ``GEMINI_API_KEY``) replaced by ``***``."""
+    if secrets is None:
+        key = os.environ.get(API_KEY_ENV, "").strip()
+        secrets = (key,) if key else ()
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            text = text.replace(secret, "***")
+    return text
+
+
+# ----------------------------------------------------------------------------- request / response
+
+
+@dataclass
+class AdviceRequest:
+    """One question to a backend. ``snapshot`` is the env's ``state_snapshot()`` (scripted only)."""
+
+    prompt: str
+    prompt_hash: str
+    num_actions: int
+    action_names: list[str]
+    env_family: str
+    snapshot: dict | None = None
+    state_key: str = ""
+    env_step: int = 0
+    env_index: int = 0
+    with_features: bool = False
+    max_plan_len: int = DEFAULT_MAX_PLAN_LEN
+
+
+@dataclass
+class BackendResponse:
+    """A raw answer (JSON text or an already-parsed dict) before validation."""
+
+    text: str | dict
+    tokens_in: int = 0
+    tokens_out: int = 0
+    model: str = ""
+    attempts: int = 1
+    deliver_at: tuple[int, int] | None = None
+    """Replay only: (env step, phase) at which the original run applied this answer (see the controller)."""
+    replayed_cache_hit: bool = False
+    """Replay only: the original run answered this from its persistent cache (free of budget)."""
+    extra: dict = field(default_factory=dict)
+
+
+class Backend(Protocol):
+    name: str
+    model: str
+    cache_tag: str
+    """Extra part of the persistent-cache key (scripted: advisor mode/accuracy/confidence)."""
+    needs_snapshot: bool
+    inline: bool
+    """True when ``complete`` is instant and deterministic: the controller calls it in-line."""
+
+    def complete(self, request: AdviceRequest) -> BackendResponse: ...
+
+    def close(self) -> None: ...
+
+
+# ----------------------------------------------------------------------------- scripted
+
+
+class ScriptedBackend:
+    """The offline advisor as a backend (``llm.simulated_latency_ms`` makes it sleep per call)."""
+
+    name = "scripted"
+    needs_snapshot = True
+
+    def __init__(self, mode: str = "good", accuracy: float = 1.0, confidence: float = 0.9, seed: int = 0,
+                 max_plan_len: int = DEFAULT_MAX_PLAN_LEN, n_features: int | None = None,
+                 simulated_latency_ms: float = 0.0):
+        if simulated_latency_ms < 0:
+            raise LLMConfigError(f"llm.simulated_latency_ms must be >= 0, got {simulated_latency_ms}")
+        self.advisor = ScriptedAdvisor(mode, accuracy, confidence, seed, max_plan_len, n_features)
+        self.model = f"scripted-{mode}"
+        self.cache_tag = f"mode={mode};accuracy={accuracy:g};confidence={confidence:g}"
+        self.simulated_latency_ms = float(simulated_latency_ms)
+        self.inline = self.simulated_latency_ms == 0.0
+
+    def complete(self, request: AdviceRequest) -> BackendResponse:
+        if self.simulated_latency_ms:
+            time.sleep(self.simulated_latency_ms / 1000.0)
+        answer = self.advisor.advise(request.snapshot, request.env_family, request.action_names,
+                                     with_features=request.with_features)
+        return BackendResponse(text=answer, model=self.model)
+
+    def close(self) -> None:
+        pass
+
+
+# ----------------------------------------------------------------------------- gemini
+
+
+def _transport_exceptions() -> tuple[tuple[type, ...], tuple[type, ...]]:
+    """(timeout exception classes, connection exception classes) of httpx and httpx2."""
+    timeouts: list[type] = []
+    connects: list[type] = []
+    for module_name in ("httpx", "httpx2"):
+        try:
+            module = __import__(module_name)
+        except ImportError:
+            continue
+        timeouts.append(module.TimeoutException)
+        connects.append(module.TransportError)  # ConnectError, RemoteProtocolError, ...
+    return tuple(timeouts), tuple(connects)
+
+
+class GeminiBackend:
+    """``google-genai`` ``generate_content`` in JSON mode; retries 429/5xx with exponential backoff."""
+
+    name = "gemini"
+    needs_snapshot = False
+    inline = False
+    cache_tag = ""
+
+    def __init__(self, model: str, base_url: str | None = None, api_version: str | None = None,
+                 timeout_s: float = 20.0, retries: int = 3, backoff_s: float = 0.5,
+                 max_plan_len: int = DEFAULT_MAX_PLAN_LEN, sleep=time.sleep):
+        key = os.environ.get(API_KEY_ENV, "").strip()
+        if not key:
+            raise LLMConfigError(f"backend 'gemini' needs the {API_KEY_ENV} environment variable")
+        if timeout_s <= 0 or retries < 0 or backoff_s < 0:
+            raise LLMConfigError(f"llm.timeout_s must be > 0, llm.retries and llm.backoff_s >= 0 "
+                                 f"(got {timeout_s}, {retries}, {backoff_s})")
+        from google import genai
+        from google.genai import errors, types
+
+        self._errors = errors
+        self._types = types
+        self._secrets = (key,)
+        self.model = model
+        self.timeout_s = float(timeout_s)
+        self.retries = int(retries)
+        self.backoff_s = float(backoff_s)
+        self.max_plan_len = max_plan_len
+        self._sleep = sleep
+        options: dict[str, Any] = {"timeout": max(1, int(round(timeout_s * 1000)))}
+        base_url = base_url or os.environ.get("GOOGLE_GEMINI_BASE_URL") or None
+        if base_url:
+            options["base_url"] = base_url
+        if api_version:
+            options["api_version"] = api_version
+        self.base_url = base_url
+        try:
+            self._client = genai.Client(api_key=key, http_options=types.HttpOptions(**options))
+        except Exception as e:  # SDK start-up problems become a config error
+            raise LLMConfigError(redact(f"could not create the Gemini client: {e}", self._secrets)) from None
+        self._timeouts, self._connects = _transport_exceptions()
+
+    def __repr__(self) -> str:
+        return f"GeminiBackend(model={self.model!r}, base_url={self.base_url!r})"
+
+    def _config(self, request: AdviceRequest):
+        return self._types.GenerateContentConfig(
+            response_mime_type="application/json",
+            response_schema=gemini_response_schema(request.num_actions, request.max_plan_len,
+                                                   request.with_features),
+            temperature=0.0,
+        )
+
+    def complete(self, request: AdviceRequest) -> BackendResponse:
+        config = self._config(request)
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                response = self._client.models.generate_content(
+                    model=self.model, contents=request.prompt, config=config)
+                break
+            except self._errors.APIError as e:
+                code = int(getattr(e, "code", 0) or 0)
+                message = redact(f"Gemini HTTP {code}: {getattr(e, 'message', '') or e}", self._secrets)[:500]
+                if code == 429:
+                    error: LLMError = LLMRateLimited(message, attempts)
+                elif code >= 500 or code == 408:
+                    error = LLMServerError(message, attempts)
+                else:
+                    raise LLMHTTPError(message, attempts) from None  # 4xx: retrying will not help
+            except self._timeouts as e:
+                # No retry: a timed-out call has already cost timeout_s, and the env loop moved on.
+                raise LLMTimeout(redact(f"no answer within {self.timeout_s:g} s ({type(e).__name__})",
+                                        self._secrets), attempts) from None
+            except self._connects as e:
+                error = LLMConnectionError(redact(f"{type(e).__name__}: {e}", self._secrets)[:500], attempts)
+            except Exception as e:  # unexpected SDK errors (bad response body, ...)
+                raise LLMError(redact(f"{type(e).__name__}: {e}", self._secrets)[:500], attempts) from None
+            if attempts > self.retries:
+                raise error
+            self._sleep(self.backoff_s * (2 ** (attempts - 1)))
+        usage = getattr(response, "usage_metadata", None)
+        try:
+            text = response.text or ""
+        except Exception:  # .text raises on some blocked/odd candidates
+            text = ""
+        return BackendResponse(
+            text=text,
+            tokens_in=int(getattr(usage, "prompt_token_count", 0) or 0),
+            tokens_out=int(getattr(usage, "candidates_token_count", 0) or 0),
+            model=getattr(response, "model_version", None) or self.model,
+            attempts=attempts,
+        )
+
+    def close(self) -> None:
+        try:
+            self._client.close()
+        except Exception:  # closing is best effort
+            pass
+
+
+# ----------------------------------------------------------------------------- replay
+
+
+class ReplayBackend:
+    """Answers from a recorded ``llm_calls.jsonl``: by prompt hash, in recorded order.
+
+    A prompt recorded k times is answered with its k recorded answers in order, then with the last
+    one again. Recorded failures are re-raised with their kind. Only lines that came from a backend
+    or the persistent cache are used (surrogate answers are recomputed by the controller).
+    """
+
+    name = "replay"
+    needs_snapshot = False
+    inline = True
+    cache_tag = ""
+
+    def __init__(self, ledger_path: str | Path):
+        from lore.llm.ledger import LedgerError, read_ledger
+
+        path = Path(ledger_path)
+        if not path.is_file():
+            raise LLMConfigError(f"replay ledger not found: {path}")
+        try:
+            records = read_ledger(path)
+        except LedgerError as e:
+            raise LLMConfigError(f"replay ledger unusable: {e}") from None
+        self.path = path
+        self._answers: dict[str, deque] = {}
+        self._last: dict[str, dict] = {}
+        for lineno, record in records:
+            missing = [k for k in ("prompt_hash", "ok") if k not in record]
+            if missing:
+                raise LLMConfigError(f"replay ledger unusable: {path}:{lineno}: missing field(s) {missing}")
+            if record.get("source", "backend") not in ("backend", "cache"):
+                continue
+            self._answers.setdefault(record["prompt_hash"], deque()).append(record)
+        if not self._answers:
+            raise LLMConfigError(f"replay ledger unusable: {path} has no recorded answers")
+        models = {r.get("model") for q in self._answers.values() for r in q}
+        self.model = "replay:" + ",".join(sorted(str(m) for m in models))
+
+    def next_is_cache_hit(self, prompt_hash: str) -> bool:
+        """Whether the next recorded answer to this prompt came from the original run's cache."""
+        queue = self._answers.get(prompt_hash)
+        record = queue[0] if queue else self._last.get(prompt_hash)
+        return bool(record and record.get("cache_hit"))
+
+    def complete(self, request: AdviceRequest) -> BackendResponse:
+        queue = self._answers.get(request.prompt_hash)
+        if queue is None:
+            raise LLMReplayMiss(f"prompt {request.prompt_hash} is not in {self.path}")
+        record = queue.popleft() if queue else self._last[request.prompt_hash]
+        self._last[request.prompt_hash] = record
+        deliver = None
+        if record.get("answered_step") is not None:
+            deliver = (int(record["answered_step"]), int(record.get("answered_phase") or 0))
+        if not record.get("ok") and record.get("raw") is None:
+            raise LLMError(f"replayed failure: {record.get('failure')}", int(record.get("attempts") or 1),
+                           kind=str(record.get("failure") or "backend_error"),
+                           deliver_at=deliver)
+        raw = record.get("raw")
+        if raw is None:
+            raw = record.get("answer")
+        return BackendResponse(
+            text=raw, tokens_in=int(record.get("tokens_in") or 0), tokens_out=int(record.get("tokens_out") or 0),
+            model=str(record.get("model") or ""), attempts=int(record.get("attempts") or 1),
+            deliver_at=deliver,
+            replayed_cache_hit=bool(record.get("cache_hit")),
+        )
+
+    def close(self) -> None:
+        pass
+
+
+# ----------------------------------------------------------------------------- factory
+
+
+def make_backend(cfg) -> Backend | None:
+    """The backend named by ``cfg.llm.backend`` (a :class:`~lore.config.RunConfig`); None for ``none``.
+
+    Raises :class:`LLMConfigError` at start-up for a missing ``GEMINI_API_KEY`` (gemini) or an
+    empty / corrupt / missing ``llm.replay_ledger`` (replay).
+    """
+    llm = cfg.llm
+    max_plan_len = int(getattr(llm, "plan_max_len", DEFAULT_MAX_PLAN_LEN))
+    if llm.backend == "none":
+        return None
+    if llm.backend == "scripted":
+        adv = cfg.advisor
+        n_features = cfg.features.n_features if cfg.features.enabled else None
+        return ScriptedBackend(adv.mode, adv.accuracy, adv.confidence, cfg.seed, max_plan_len, n_features,
+                               llm.simulated_latency_ms)
+    if llm.backend == "gemini":
+        return GeminiBackend(llm.model, llm.base_url, llm.api_version, llm.timeout_s, llm.retries,
+                             llm.backoff_s, max_plan_len)
+    if llm.backend == "replay":
+        if not llm.replay_ledger:
+            raise LLMConfigError("llm.backend=replay needs llm.replay_ledger (an earlier run's llm_calls.jsonl)")
+        return ReplayBackend(llm.replay_ledger)
+    raise LLMConfigError(f"unknown llm.backend {llm.backend!r}; expected none, scripted, gemini or replay")
+

@@ -1,0 +1,72 @@
+"""KL control of the prior's influence on the actor.
+
+Three mutually exclusive modes (``prior.kl_mode``):
+
+- ``lagrangian``: penalise ``lambda * relu(KL(pi_mix || pi_wm) - delta)`` and adapt ``lambda`` by
+  dual ascent, so the mixed policy stays within ``delta`` nats of the base policy on average;
+- ``prior_reg``: pull the policy towards the prior, ``lambda_kl * w * KL(pi_wm || rho)``;
+- ``bonus``: add ``beta_bonus * log rho(a)`` to the advantage of the taken action.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of ``x [N]`` over entries with ``mask > 0``; 0 (keeping the graph) when none are."""
+    if x.shape != mask.shape:
+        raise ValueError(f"masked_mean: x {tuple(x.shape)} and mask {tuple(mask.shape)} differ")
+    m = (mask > 0).to(x.dtype)
+    return (x * m).sum() / m.sum().clamp(min=1.0)
+
+
+def categorical_kl(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor:
+    """``KL(softmax p || softmax q)`` per row: ``[N,A], [N,A] -> [N]`` (nats)."""
+    if p_logits.shape != q_logits.shape:
+        raise ValueError(f"categorical_kl: shapes {tuple(p_logits.shape)} and {tuple(q_logits.shape)} differ")
+    p_log = torch.log_softmax(p_logits, dim=-1)
+    q_log = torch.log_softmax(q_logits, dim=-1)
+    return (p_log.exp() * (p_log - q_log)).sum(-1)
+
+
+def lagrangian_penalty(kl: torch.Tensor, lam: float, delta: float, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """``lam * relu(kl [N] - delta)`` averaged over the masked entries -> scalar."""
+    excess = torch.relu(kl - delta)
+    if mask is None:
+        return lam * excess.mean()
+    return lam * masked_mean(excess, mask)
+
+
+def dual_ascent(lam: float, kl_mean: float, delta: float, eta: float, lam_max: float) -> float:
+    """One projected dual step ``clip(lam + eta * (kl_mean - delta), 0, lam_max)``."""
+    if eta < 0 or lam_max < 0:
+        raise ValueError(f"dual_ascent needs eta >= 0 and lam_max >= 0, got eta={eta}, lam_max={lam_max}")
+    if kl_mean != kl_mean:  # NaN: keep lambda rather than poisoning it
+        return float(lam)
+    return float(min(max(lam + eta * (kl_mean - delta), 0.0), lam_max))
+
+
+def prior_kl_regulariser(logits_pi: torch.Tensor, prior_logits: torch.Tensor, weight: torch.Tensor,
+                         lambda_kl: float) -> torch.Tensor:
+    """``lambda_kl * mean_i w_i KL(pi_i || rho_i)`` -> scalar, with ``w = mask * confidence [N]``.
+
+    The mean is over ALL rows (rows without advice have ``w = 0``): this is the per-state penalty
+    of the design notes (``(kl * w).mean()``), so its strength per advised state does not grow
+    when advice is rare. The prior is a constant (no gradient reaches it).
+    """
+    kl = categorical_kl(logits_pi, prior_logits.detach())
+    if weight.shape != kl.shape:
+        raise ValueError(f"weight shape {tuple(weight.shape)} must be [N]={tuple(kl.shape)}")
+    return lambda_kl * (kl * weight.detach()).mean()
+
+
+def advantage_bonus(prior_logits: torch.Tensor, actions: torch.Tensor, mask: torch.Tensor,
+                    beta_bonus: float) -> torch.Tensor:
+    """``beta_bonus * log_softmax(prior)[a] * (mask > 0)`` -> ``[N]`` (no gradient)."""
+    if actions.dim() != 1 or prior_logits.shape[:1] != actions.shape:
+        raise ValueError(f"actions must be [N] matching prior_logits [N,A]; got {tuple(actions.shape)} "
+                         f"and {tuple(prior_logits.shape)}")
+    log_rho = torch.log_softmax(prior_logits.detach(), dim=-1)
+    chosen = log_rho.gather(-1, actions.long()[:, None]).squeeze(-1)
+    return beta_bonus * chosen * (mask > 0).to(chosen.dtype)

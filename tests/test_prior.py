@@ -1,0 +1,512 @@
+"""The LLM prior layer: mixing, gate, temperature, KL control, distillation trust."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import math
+
+import pytest
+import torch
+
+from lore.config import DistillConfig, PriorConfig
+from lore.prior.distill import DistillationMonitor, is_holdout
+from lore.prior.gate import (
+    EMANormalizer,
+    anneal_factor,
+    combine_uncertainty,
+    gate_beta,
+    hysteresis_beta,
+    hysteresis_update,
+)
+from lore.prior.kl_control import (
+    advantage_bonus,
+    categorical_kl,
+    dual_ascent,
+    lagrangian_penalty,
+    prior_kl_regulariser,
+)
+from lore.prior.layer import PriorLayer
+from lore.prior.mixing import gumbel_sample_pair, mix_logits, normalise_prior_logits
+from lore.prior.temperature import fit_temperature
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    # tiny tensors: a second intra-op thread only adds synchronisation (badly so on a loaded machine)
+    torch.set_num_threads(1)
+    yield
+
+
+A = 5
+
+
+def prior_cfg(**overrides) -> PriorConfig:
+    base = dict(enabled=True, dropout=0.0)
+    base.update(overrides)
+    return PriorConfig(**base)
+
+
+def uncertainty(batch: int, entropy=1.0, value_var=0.1, disagreement=0.01) -> dict:
+    return {"entropy": torch.full((batch,), float(entropy)), "value_var": torch.full((batch,), float(value_var)),
+            "disagreement": torch.full((batch,), float(disagreement))}
+
+
+def pin_normalisers(layer: PriorLayer) -> None:
+    """Freeze the EMA normalisers at mean 0, var 1, so u equals the weighted mean of the raw signals."""
+    for normaliser in layer.normalisers:
+        normaliser.load_state_dict({"mean": 0.0, "sq": 1.0, "count": 10**12, "decay": 1.0 - 1e-9})
+
+
+# --------------------------------------------------------------------------- mixing
+
+
+def test_beta_zero_gives_the_base_policy_actions_with_the_same_noise():
+    gen = torch.Generator().manual_seed(0)
+    logits_wm = torch.randn(4096, A, generator=gen)
+    prior = torch.randn(4096, A, generator=gen) * 5
+    logits_mix = mix_logits(logits_wm, prior, torch.zeros(4096), temperature=1.0)
+    a_mix, a_wm = gumbel_sample_pair(logits_wm, logits_mix, gen)
+    assert torch.equal(a_mix, a_wm)
+    # The samples are real samples of the policy (not its argmax).
+    assert (a_wm != logits_wm.argmax(-1)).float().mean() > 0.2
+
+
+def test_gumbel_pair_samples_each_softmax():
+    gen = torch.Generator().manual_seed(1)
+    logits_wm = torch.log(torch.tensor([[0.7, 0.2, 0.1]])).expand(20000, 3)
+    logits_mix = torch.log(torch.tensor([[0.1, 0.3, 0.6]])).expand(20000, 3)
+    a_mix, a_wm = gumbel_sample_pair(logits_wm, logits_mix, gen)
+    assert torch.allclose(torch.bincount(a_wm, minlength=3) / 20000.0, torch.tensor([0.7, 0.2, 0.1]), atol=0.015)
+    assert torch.allclose(torch.bincount(a_mix, minlength=3) / 20000.0, torch.tensor([0.1, 0.3, 0.6]), atol=0.015)
+
+
+def test_large_beta_with_one_hot_prior_dominates():
+    gen = torch.Generator().manual_seed(2)
+    n, target = 4000, 3
+    logits_wm = torch.randn(n, A, generator=gen) * 2
+    prior = normalise_prior_logits(torch.nn.functional.one_hot(torch.full((n,), target), A).float() * 100.0)
+    logits_mix = mix_logits(logits_wm, prior, torch.full((n,), 5.0), temperature=1.0)
+    a_mix, a_wm = gumbel_sample_pair(logits_wm, logits_mix, gen)
+    assert (a_mix == target).float().mean() > 0.95
+    assert (a_wm == target).float().mean() < 0.5
+
+
+def test_normalise_prior_logits_range_and_errors():
+    out = normalise_prior_logits(torch.tensor([[3.0, -float("inf"), 0.0, 50.0]]), clip=10.0)
+    assert out.max() <= 0.0 and out.min() >= -10.0
+    assert out[0, 1] == -10.0 and out.argmax() == 3
+    with pytest.raises(ValueError, match="NaN"):
+        normalise_prior_logits(torch.tensor([[float("nan"), 0.0]]))
+    with pytest.raises(ValueError, match="every action"):
+        normalise_prior_logits(torch.tensor([[-float("inf"), -float("inf")]]))
+
+
+def test_mix_logits_rejects_bad_shapes():
+    with pytest.raises(ValueError, match="beta"):
+        mix_logits(torch.zeros(3, A), torch.zeros(3, A), torch.zeros(2), 1.0)
+    with pytest.raises(ValueError, match="prior_logits shape"):
+        mix_logits(torch.zeros(3, A), torch.zeros(3, A + 1), torch.zeros(3), 1.0)
+    with pytest.raises(ValueError, match="temperature"):
+        mix_logits(torch.zeros(3, A), torch.zeros(3, A), torch.zeros(3), 0.0)
+
+
+def test_gradients_never_reach_the_prior_logits():
+    for mode in ("lagrangian", "prior_reg", "bonus"):
+        layer = PriorLayer(prior_cfg(gate="fixed", kl_mode=mode, kl_delta=0.0), A, num_envs=6)
+        layer.lambda_kl = 1.0
+        logits_wm = torch.randn(6, A, requires_grad=True)
+        prior = torch.randn(6, A, requires_grad=True)
+        mask = torch.tensor([1.0, 1, 1, 0, 1, 1])
+        logits_mix, beta = layer.act(logits_wm, prior, mask, uncertainty(6), env_step=0)
+        loss, _ = layer.actor_loss(logits_wm, prior, mask, torch.ones(6), beta)
+        bonus = layer.advantage_bonus(prior, torch.zeros(6, dtype=torch.long), mask)
+        (logits_mix.logsumexp(-1).sum() + loss + bonus.sum()).backward()
+        assert prior.grad is None or torch.all(prior.grad == 0), mode
+        assert logits_wm.grad is not None and logits_wm.grad.abs().sum() > 0, mode
+
+
+# --------------------------------------------------------------------------- gate
+
+
+def test_gate_beta_formula():
+    u = torch.tensor([-1.0, 0.0, 2.0])
+    expected = 0.8 * torch.sigmoid(3.0 * (u - 0.5))
+    assert torch.allclose(gate_beta(u, 0.8, 3.0, 0.5), expected)
+
+
+@pytest.mark.parametrize("signal", ["entropy", "value_var", "disagreement"])
+def test_beta_rises_with_each_uncertainty_signal(signal):
+    gen = torch.Generator().manual_seed(3)
+    layer = PriorLayer(prior_cfg(gate="uncertainty", ema_decay=0.9), A, num_envs=2)
+    for _ in range(50):  # calibrate the EMA normalisers on noisy baseline signals
+        u = {"entropy": 1.0 + 0.1 * torch.randn(2, generator=gen),
+             "value_var": 0.1 + 0.01 * torch.randn(2, generator=gen),
+             "disagreement": 0.01 + 0.001 * torch.randn(2, generator=gen)}
+        layer.act(torch.zeros(2, A), torch.zeros(2, A), torch.ones(2), u, env_step=100)
+    u = uncertainty(2)
+    u[signal] = u[signal] * torch.tensor([1.0, 1.3])  # env 1: only this signal is higher
+    _, beta = layer.act(torch.zeros(2, A), torch.zeros(2, A), torch.ones(2), u, env_step=100)
+    assert beta[1] > beta[0] + 0.1, (signal, beta)
+
+
+def test_combine_uncertainty_is_a_weighted_mean_of_z_scores():
+    norms = [EMANormalizer(0.5) for _ in range(3)]
+    for n, (m, s) in zip(norms, [(1.0, 2.0), (0.0, 1.0), (5.0, 0.5)], strict=True):
+        n.load_state_dict({"mean": m, "sq": s * s + m * m, "count": 10**6, "decay": 0.5})
+    u = combine_uncertainty(torch.tensor([3.0]), torch.tensor([1.0]), torch.tensor([5.0]),
+                            weights=(1.0, 2.0, 0.0), normalisers=norms)
+    assert torch.allclose(u, torch.tensor([(1.0 * 1.0 + 2.0 * 1.0) / 3.0]), atol=1e-5)
+    with pytest.raises(ValueError, match="at least one"):
+        combine_uncertainty(torch.zeros(1), torch.zeros(1), torch.zeros(1), weights=(0, 0, 0))
+
+
+def test_ema_normalizer_tracks_mean_and_variance():
+    gen = torch.Generator().manual_seed(4)
+    norm = EMANormalizer(0.99)
+    for _ in range(2000):
+        norm.update(3.0 + 2.0 * torch.randn(8, generator=gen))
+    assert abs(norm.mean - 3.0) < 0.3 and abs(math.sqrt(norm.var) - 2.0) < 0.3
+    assert abs(norm.normalize(torch.tensor([5.0])).item() - 1.0) < 0.2
+
+
+def test_hysteresis_pure_functions():
+    is_open = torch.tensor([False])
+    states = []
+    for value in [0.0, 0.6, 0.3, 0.1, -0.1, 0.3, 0.7]:
+        is_open = hysteresis_update(is_open, torch.tensor([value]), tau_low=0.0, tau_high=0.5)
+        states.append(bool(is_open))
+    assert states == [False, True, True, True, False, False, True]
+    beta = hysteresis_beta(torch.tensor([0.3, 0.3]), torch.tensor([True, False]), 1.0, 4.0, 0.0, 0.5)
+    assert torch.allclose(beta, torch.sigmoid(torch.tensor([4 * 0.3, 4 * (0.3 - 0.5)])))
+
+
+def test_layer_gate_follows_hysteresis():
+    layer = PriorLayer(prior_cfg(gate="uncertainty", w_value=0.0, w_disagreement=0.0, kappa=4.0,
+                                 tau_low=0.0, tau_high=0.5), A, num_envs=1)
+    pin_normalisers(layer)
+    betas, opens = [], []
+    for u in [0.2, 0.6, 0.3, 0.1, -0.2, 0.3]:
+        _, beta = layer.act(torch.zeros(1, A), torch.ones(1, A), torch.ones(1), uncertainty(1, entropy=u), 0)
+        betas.append(beta.item())
+        opens.append(bool(layer.gate_open[0]))
+    assert opens == [False, True, True, True, False, False]
+    sig = lambda x: 1 / (1 + math.exp(-x))  # noqa: E731
+    expected = [sig(4 * (0.2 - 0.5)), sig(4 * 0.6), sig(4 * 0.3), sig(4 * 0.1), sig(4 * (-0.2 - 0.5)),
+                sig(4 * (0.3 - 0.5))]
+    assert betas == pytest.approx(expected, abs=1e-4)
+    # The same u = 0.3 gives a larger beta while the gate is open than after it closed.
+    assert betas[2] > betas[5]
+
+
+def test_warmup_counts_env_steps():
+    layer = PriorLayer(prior_cfg(gate="fixed", beta_max=0.8, warmup_steps=1000), A, num_envs=3)
+    assert layer.beta_max_at(0) == 0.0
+    assert layer.beta_max_at(500) == pytest.approx(0.4)
+    assert layer.beta_max_at(1000) == pytest.approx(0.8)
+    assert layer.beta_max_at(10**6) == pytest.approx(0.8)
+    _, beta = layer.act(torch.zeros(3, A), torch.ones(3, A), torch.tensor([1.0, 0.0, 1.0]), None, env_step=500)
+    assert beta.tolist() == pytest.approx([0.4, 0.0, 0.4])
+
+
+def test_annealing_schedules():
+    layer = PriorLayer(prior_cfg(beta_max=1.0, warmup_steps=100, anneal="linear", anneal_end=1100), A,
+                       total_steps=5000)
+    assert layer.beta_max_at(100) == pytest.approx(1.0)
+    assert layer.beta_max_at(600) == pytest.approx(0.5)
+    assert layer.beta_max_at(2000) == 0.0
+    cosine = PriorLayer(prior_cfg(anneal="cosine"), A, total_steps=1000)
+    assert cosine.beta_max_at(500) == pytest.approx(0.5)
+    assert cosine.beta_max_at(250) == pytest.approx(0.5 * (1 + math.cos(math.pi / 4)))
+    assert anneal_factor(10, "none", 0, 0) == 1.0
+    with pytest.raises(ValueError, match="anneal_end"):
+        PriorLayer(prior_cfg(anneal="linear", warmup_steps=500, anneal_end=400), A)
+
+
+def test_beta_dropout_rate_and_reproducibility():
+    layer = PriorLayer(prior_cfg(gate="fixed", dropout=0.3), A, num_envs=1)
+    n = 20000
+    _, beta = layer.act(torch.zeros(n, A), torch.ones(n, A), torch.ones(n), None, 0,
+                        generator=torch.Generator().manual_seed(5))
+    assert abs((beta == 0).float().mean().item() - 0.3) < 0.02
+    _, again = layer.act(torch.zeros(n, A), torch.ones(n, A), torch.ones(n), None, 0,
+                         generator=torch.Generator().manual_seed(5))
+    assert torch.equal(beta, again)
+
+
+# --------------------------------------------------------------------------- temperature
+
+
+@pytest.mark.parametrize("t_star", [0.5, 2.0, 5.0])
+def test_temperature_search_recovers_a_known_temperature(t_star):
+    gen = torch.Generator().manual_seed(6)
+    logits_wm = torch.randn(512, 7, generator=gen) * 2.0
+    prior = t_star * logits_wm + 0.05 * torch.randn(512, 7, generator=gen)
+    t_hat = fit_temperature(logits_wm, prior, t_min=0.1, t_max=10.0)
+    assert abs(t_hat - t_star) / t_star < 0.1, t_hat
+
+
+def test_temperature_edges_only_when_the_optimum_is_there():
+    gen = torch.Generator().manual_seed(7)
+    logits_wm = torch.randn(256, 4, generator=gen)
+    assert fit_temperature(logits_wm, 30.0 * logits_wm, 0.1, 10.0) == pytest.approx(10.0)
+    assert fit_temperature(logits_wm, 0.01 * logits_wm, 0.1, 10.0) == pytest.approx(0.1)
+    # Off-grid optimum strictly inside: not snapped to a grid point.
+    assert fit_temperature(logits_wm, 1.2345 * logits_wm, 0.1, 10.0) == pytest.approx(1.2345, rel=1e-3)
+    # Uniform priors carry no information about T.
+    assert fit_temperature(logits_wm, torch.zeros(256, 4), 0.1, 10.0, fallback=3.0) == 3.0
+
+
+def test_layer_refits_temperature_within_bounds_on_masked_rows():
+    gen = torch.Generator().manual_seed(8)
+    layer = PriorLayer(prior_cfg(align_temperature=True, temperature_min=0.5, temperature_max=4.0,
+                                 temperature_fit_max_entropy=1.0), A)
+    logits_wm = torch.randn(300, A, generator=gen)
+    prior = 2.0 * logits_wm
+    mask = torch.ones(300)
+    prior[:100] = 100.0 * torch.randn(100, A, generator=gen)  # garbage rows, masked out
+    mask[:100] = 0
+    assert layer.refit_due(0)
+    assert layer.refit_temperature(logits_wm, prior, mask, env_step=0) == pytest.approx(2.0, rel=0.02)
+    assert not layer.refit_due(10)
+    assert layer.refit_temperature(logits_wm, 50.0 * logits_wm) == pytest.approx(4.0)
+    off = PriorLayer(prior_cfg(align_temperature=False, temperature=1.5), A)
+    assert off.refit_temperature(logits_wm, prior) == 1.5
+
+
+def test_refit_skipped_while_the_policy_is_near_uniform():
+    gen = torch.Generator().manual_seed(13)
+    cfg = prior_cfg(align_temperature=True, temperature=1.0, temperature_fit_max_entropy=1.0)
+    flat_policy = 0.01 * torch.randn(200, A, generator=gen)  # an untrained actor
+    advice = 4.0 * torch.nn.functional.one_hot(torch.randint(0, A, (200,), generator=gen), A).float()
+    # Without the guard, matching a sharp prior to a flat policy drives T to the upper bound.
+    assert PriorLayer(cfg, A).refit_temperature(flat_policy, advice) == pytest.approx(cfg.temperature_max)
+    guarded_cfg = prior_cfg(align_temperature=True, temperature=1.0, temperature_fit_max_entropy=0.8)
+    guarded = PriorLayer(guarded_cfg, A)
+    assert guarded.refit_temperature(flat_policy, advice) == 1.0
+    assert guarded.metrics()["temperature_refits_skipped"] == 1.0
+    confident = 2.0 * advice + 0.01 * torch.randn(200, A, generator=gen)
+    assert guarded.refit_temperature(confident, advice) == pytest.approx(0.5, rel=0.05)
+
+
+# --------------------------------------------------------------------------- KL control
+
+
+def test_lambda_rises_above_delta_and_falls_back_to_zero():
+    layer = PriorLayer(prior_cfg(kl_mode="lagrangian", kl_delta=0.1, kl_eta=0.5, lambda_max=2.0), A)
+    history = []
+    for _ in range(20):
+        layer.update_lambda(0.4)
+        history.append(layer.lambda_kl)
+    assert all(b >= a for a, b in zip(history, history[1:], strict=False)) and history[0] > 0
+    assert history[-1] == 2.0  # clipped at lambda_max
+    for _ in range(40):
+        layer.update_lambda(0.0)
+    assert layer.lambda_kl == 0.0
+    assert dual_ascent(0.0, float("nan"), 0.1, 1.0, 1.0) == 0.0
+    none_mode = PriorLayer(prior_cfg(kl_mode="none"), A)
+    none_mode.update_lambda(5.0)
+    assert none_mode.lambda_kl == 0.0
+
+
+def test_lagrangian_hand_computed():
+    # pi_wm = [0.5, 0.5]; beta = 1, T = 1, prior = [ln 4, 0] -> pi_mix = [0.8, 0.2].
+    kl = 0.8 * math.log(1.6) + 0.2 * math.log(0.4)
+    layer = PriorLayer(prior_cfg(kl_mode="lagrangian", kl_delta=0.1), 2)
+    layer.lambda_kl = 2.0
+    logits_wm = torch.zeros(2, 2, requires_grad=True)
+    prior = torch.tensor([[math.log(4.0), 0.0], [5.0, 0.0]])
+    loss, metrics = layer.actor_loss(logits_wm, prior, torch.tensor([1.0, 0.0]), torch.ones(2), torch.ones(2))
+    assert metrics["kl_mix_wm"] == pytest.approx(kl, abs=1e-6)
+    assert loss.item() == pytest.approx(2.0 * (kl - 0.1), abs=1e-6)
+    assert categorical_kl(torch.tensor([[math.log(4.0), 0.0]]), torch.zeros(1, 2)).item() == pytest.approx(kl)
+    assert lagrangian_penalty(torch.tensor([0.05, 0.3]), 2.0, 0.1).item() == pytest.approx(0.2)
+
+
+def test_prior_reg_and_bonus_hand_computed():
+    # pi = [0.5, 0.5], rho = [0.8, 0.2]: KL(pi || rho) = 0.5 ln(0.5/0.8) + 0.5 ln(0.5/0.2).
+    kl = 0.5 * math.log(0.5 / 0.8) + 0.5 * math.log(0.5 / 0.2)
+    prior = torch.log(torch.tensor([[0.8, 0.2], [0.8, 0.2]]))
+    mask, confidence = torch.tensor([1.0, 0.0]), torch.tensor([0.5, 1.0])
+    reg = PriorLayer(prior_cfg(kl_mode="prior_reg", lambda_kl=0.3), 2, num_envs=2)
+    loss, metrics = reg.actor_loss(torch.zeros(2, 2, requires_grad=True), prior, mask, confidence, torch.ones(2))
+    assert loss.item() == pytest.approx(0.3 * (0.5 * kl) / 2, abs=1e-6)
+    assert metrics["kl_wm_prior"] == pytest.approx(kl, abs=1e-6)
+    assert prior_kl_regulariser(torch.zeros(2, 2), prior, mask * confidence, 0.3).item() == pytest.approx(
+        loss.item())
+    assert reg.advantage_bonus(prior, torch.tensor([1, 1]), mask).abs().sum() == 0  # not bonus mode
+
+    bonus_layer = PriorLayer(prior_cfg(kl_mode="bonus", beta_bonus=0.1), 2, num_envs=2)
+    bonus = bonus_layer.advantage_bonus(prior, torch.tensor([1, 0]), mask)
+    assert bonus.tolist() == pytest.approx([0.1 * math.log(0.2), 0.0])
+    loss, _ = bonus_layer.actor_loss(torch.zeros(2, 2, requires_grad=True), prior, mask, confidence, torch.ones(2))
+    assert loss.item() == 0.0
+    assert advantage_bonus(prior, torch.tensor([0, 0]), torch.ones(2), 1.0).tolist() == pytest.approx(
+        [math.log(0.8)] * 2)
+
+
+def test_actor_loss_accepts_batch_time_shapes():
+    layer = PriorLayer(prior_cfg(kl_mode="lagrangian", kl_delta=0.0), A, num_envs=4)
+    layer.lambda_kl = 1.0
+    logits = torch.randn(4, 6, A, requires_grad=True)
+    loss, metrics = layer.actor_loss(logits, torch.randn(4, 6, A), torch.ones(4, 6), torch.ones(4, 6),
+                                     torch.full((4, 6), 0.5))
+    loss.backward()
+    assert loss.item() > 0 and metrics["kl_mix_wm"] > 0 and logits.grad is not None
+    assert layer.advantage_bonus(torch.randn(4, 6, A), torch.zeros(4, 6, dtype=torch.long),
+                                 torch.ones(4, 6)).shape == (4, 6)
+    with pytest.raises(ValueError, match="mask"):
+        layer.actor_loss(logits, torch.randn(4, 6, A), torch.ones(4, 5), torch.ones(4, 6), torch.ones(4, 6))
+
+
+# --------------------------------------------------------------------------- layer API
+
+
+def test_placeholder_compatible_api():
+    layer = PriorLayer(PriorConfig(), A, num_envs=3, total_steps=100)  # default: disabled
+    logits = torch.randn(3, A)
+    logits_mix, beta = layer.act(logits, torch.randn(3, A), torch.ones(3), uncertainty(3), env_step=10)
+    assert torch.equal(logits_mix, logits) and torch.equal(beta, torch.zeros(3))
+    loss, _ = layer.actor_loss(logits.requires_grad_(), torch.randn(3, A), torch.ones(3), torch.ones(3), beta)
+    assert loss.item() == 0.0
+    assert layer.advantage_bonus(torch.randn(3, A), torch.zeros(3, dtype=torch.long), torch.ones(3)).shape == (3,)
+    layer.update_lambda(1.0)
+    layer.refit_temperature(torch.randn(3, A), torch.randn(3, A))
+    assert layer.beta_max_at(0) == 0.0
+    metrics = layer.metrics()
+    for key in ("beta_mean", "beta_std", "u_entropy", "u_value_var", "u_disagreement", "kl_mix_wm", "lambda_kl",
+                "temperature", "entropy_wm", "entropy_mix", "gate_open_frac", "beta_max_now"):
+        assert key in metrics, key
+    layer.load_state_dict({"temperature": 2.0, "lambda_kl": 0.5})  # a placeholder checkpoint
+    assert layer.temperature == 2.0 and layer.lambda_kl == 0.5
+
+    fixed = PriorLayer(prior_cfg(gate="fixed", beta_max=0.7, temperature=2.0), A, num_envs=3)
+    prior = torch.randn(3, A)
+    logits_mix, beta = fixed.act(logits.detach(), prior, torch.tensor([1.0, 0.0, 1.0]), None, env_step=0)
+    assert beta.tolist() == pytest.approx([0.7, 0.0, 0.7])
+    assert torch.allclose(logits_mix, logits.detach() + beta[:, None] * prior / 2.0)
+
+
+def test_uncertainty_gate_names_a_missing_signal():
+    layer = PriorLayer(prior_cfg(gate="uncertainty"), A, num_envs=2)
+    with pytest.raises(ValueError, match="disagreement"):
+        layer.act(torch.zeros(2, A), torch.zeros(2, A), torch.ones(2),
+                  {"entropy": torch.ones(2), "value_var": torch.ones(2)}, 0)
+    with pytest.raises(ValueError, match="logits_wm"):
+        layer.act(torch.zeros(2, A + 1), torch.zeros(2, A + 1), torch.ones(2), uncertainty(2), 0)
+    with pytest.raises(ValueError, match="NaN/inf"):
+        layer.act(torch.zeros(2, A), torch.full((2, A), float("nan")), torch.ones(2), uncertainty(2), 0)
+    # NaN in rows without advice is ignored (those rows get beta = 0 anyway).
+    logits_mix, beta = layer.act(torch.zeros(2, A), torch.full((2, A), float("nan")), torch.zeros(2),
+                                 uncertainty(2), 0)
+    assert torch.isfinite(logits_mix).all() and beta.sum() == 0
+
+
+def test_metrics_report_recent_act_calls():
+    layer = PriorLayer(prior_cfg(gate="fixed", beta_max=0.5), A, num_envs=2)
+    layer.act(torch.zeros(2, A), torch.ones(2, A), torch.tensor([1.0, 0.0]), uncertainty(2, entropy=2.0), 0)
+    layer.act(torch.zeros(2, A), torch.ones(2, A), torch.tensor([1.0, 1.0]), uncertainty(2, entropy=4.0), 0)
+    metrics = layer.metrics()
+    assert metrics["beta_mean"] == pytest.approx(0.375)
+    assert metrics["beta_std"] == pytest.approx(math.sqrt(0.5**2 * 3 / 4 - 0.375**2))
+    assert metrics["u_entropy"] == pytest.approx(3.0)
+    assert metrics["entropy_wm"] == pytest.approx(math.log(A))
+    assert metrics["gate_open_frac"] == 1.0 and metrics["beta_max_now"] == 0.5
+    assert math.isnan(layer.metrics()["beta_mean"])  # nothing since the last call
+
+
+def test_state_dict_round_trip_resumes_identically():
+    cfg = prior_cfg(gate="uncertainty", dropout=0.2, kl_mode="lagrangian", align_temperature=True, warmup_steps=50)
+    gen = torch.Generator().manual_seed(9)
+    inputs = [(torch.randn(3, A, generator=gen), torch.randn(3, A, generator=gen),
+               (torch.rand(3, generator=gen) > 0.3).float(),
+               {k: torch.rand(3, generator=gen) for k in ("entropy", "value_var", "disagreement")})
+              for _ in range(40)]
+    original = PriorLayer(cfg, A, num_envs=3, total_steps=1000)
+    act_gen = torch.Generator().manual_seed(10)
+    for step, (logits, prior, mask, u) in enumerate(inputs[:20]):
+        _, beta = original.act(logits, prior, mask, u, step, generator=act_gen)
+        _, metrics = original.actor_loss(logits, prior, mask, torch.ones(3), beta)
+        original.update_lambda(metrics["kl_mix_wm"] + 0.3)
+    original.refit_temperature(torch.randn(50, A, generator=gen), torch.randn(50, A, generator=gen), env_step=20)
+
+    buffer = io.BytesIO()
+    torch.save({"prior": original.state_dict(), "gen": act_gen.get_state()}, buffer)
+    buffer.seek(0)
+    saved = torch.load(buffer, weights_only=False)
+    resumed = PriorLayer(cfg, A, num_envs=3, total_steps=1000)
+    resumed.load_state_dict(saved["prior"])
+    resumed_gen = torch.Generator()
+    resumed_gen.set_state(saved["gen"])
+
+    for step, (logits, prior, mask, u) in enumerate(inputs[20:], start=20):
+        mix_a, beta_a = original.act(logits, prior, mask, u, step, generator=act_gen)
+        mix_b, beta_b = resumed.act(logits, prior, mask, u, step, generator=resumed_gen)
+        assert torch.equal(mix_a, mix_b) and torch.equal(beta_a, beta_b)
+    assert original.metrics() == resumed.metrics()
+    assert original.state_dict() == resumed.state_dict()
+    with pytest.raises(ValueError, match="num_envs"):
+        PriorLayer(cfg, A, num_envs=2).load_state_dict(original.state_dict())
+
+
+def test_other_batch_sizes_leave_the_state_alone():
+    layer = PriorLayer(prior_cfg(gate="uncertainty"), A, num_envs=2)
+    layer.act(torch.zeros(2, A), torch.ones(2, A), torch.ones(2), uncertainty(2), 0)
+    before = layer.state_dict()
+    _, beta = layer.act(torch.zeros(5, A), torch.ones(5, A), torch.ones(5), uncertainty(5, entropy=9.0), 0)
+    assert beta.shape == (5,) and layer.state_dict() == before
+
+
+def test_config_is_a_dataclass_copy_not_mutated():
+    cfg = prior_cfg(gate="fixed")
+    frozen = dataclasses.asdict(cfg)
+    layer = PriorLayer(cfg, A)
+    layer.act(torch.zeros(1, A), torch.ones(1, A), torch.ones(1), None, 0)
+    layer.update_lambda(3.0)
+    assert dataclasses.asdict(cfg) == frozen
+
+
+# --------------------------------------------------------------------------- distillation trust
+
+
+def test_distillation_monitor_trusts_only_after_min_samples_with_low_kl():
+    cfg = DistillConfig(enabled=True, trust_kl=0.3, min_samples=10, check_every=4)
+    monitor = DistillationMonitor(cfg)
+    gen = torch.Generator().manual_seed(11)
+    for i in range(10):
+        llm = torch.randn(A, generator=gen) * 2
+        assert not monitor.trusted(), i  # not before min_samples, however good the match
+        monitor.observe(llm + 0.05 * torch.randn(A, generator=gen), llm)
+    assert monitor.trusted()
+    assert monitor.metrics()["priornet_kl"] < 0.05
+    assert [monitor.should_verify(n) for n in range(1, 9)] == [False, False, False, True] * 2
+    assert not monitor.should_call_llm(1) and monitor.should_call_llm(4)
+    monitor.record_saved(3)
+    assert monitor.llm_calls_saved == 3
+
+    # Drift: a run of bad comparisons revokes the trust.
+    for _ in range(10):
+        monitor.observe(torch.tensor([5.0, 0, 0, 0, 0]), torch.tensor([0.0, 0, 0, 0, 5.0]))
+    assert not monitor.trusted() and monitor.should_call_llm(1)
+
+    state = monitor.state_dict()
+    again = DistillationMonitor(cfg)
+    again.load_state_dict(state)
+    assert again.metrics() == monitor.metrics()
+
+
+def test_distillation_monitor_not_trusted_with_high_kl():
+    monitor = DistillationMonitor(DistillConfig(trust_kl=0.3, min_samples=8))
+    gen = torch.Generator().manual_seed(12)
+    net = torch.randn(40, A, generator=gen) * 3
+    kl = monitor.observe(net, torch.randn(40, A, generator=gen) * 3)  # batched comparisons
+    assert kl > 0.3 and monitor.samples == 40 and not monitor.trusted()
+    with pytest.raises(ValueError, match="must both be"):
+        monitor.observe(torch.zeros(A), torch.zeros(A + 1))
+
+
+def test_holdout_split_is_stable_and_about_the_right_size():
+    keys = [f"state-{i}" for i in range(4000)]
+    frac = sum(is_holdout(k, 0.2) for k in keys) / len(keys)
+    assert abs(frac - 0.2) < 0.03
+    assert [is_holdout(k, 0.2) for k in keys[:50]] == [is_holdout(k, 0.2) for k in keys[:50]]

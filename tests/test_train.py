@@ -1,0 +1,162 @@
+"""``lore train`` end to end: outputs, resume equivalence, preemption, and bad input."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from lore.config import build_config
+from lore.train.checkpoint import load_checkpoint
+from lore.train.trainer import Trainer, train
+
+TINY = [
+    "env.name=MiniGrid-Empty-5x5-v0", "model.preset=debug", "train.steps=240", "train.prefill=80",
+    "train.batch_size=4", "train.batch_length=8", "train.train_ratio=16", "eval.every=120",
+    "eval.episodes=2", "train.log_every=60", "train.checkpoint_every=10000", "train.tensorboard=false",
+    "train.progress=false", "llm.cache_path=null",
+]
+
+
+def tiny_cfg(*extra, ablation="rl_only"):
+    return build_config(overrides=TINY + list(extra), ablation=ablation)
+
+
+def lore_cli(*args, timeout=300, env=None):
+    return subprocess.run([sys.executable, "-m", "lore.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def test_run_writes_every_output_and_a_second_call_is_a_noop(tmp_path):
+    run = tmp_path / "run"
+    summary = train(tiny_cfg(), run, show_progress=False)
+    assert summary["env_step"] == 240
+    for name in ("config.yaml", "eval.csv", "episodes.csv", "metrics.csv", "checkpoint.pt", "done"):
+        assert (run / name).exists(), name
+    evals = pd.read_csv(run / "eval.csv")
+    assert list(evals.columns[:6]) == ["env_step", "success_rate", "return_mean", "return_std", "length_mean", "episodes"]
+    assert evals["env_step"].tolist() == [0, 120, 240]
+    metrics = pd.read_csv(run / "metrics.csv")
+    for col in ("env_step", "wm_loss", "kl_dyn", "entropy_wm", "return_scale", "grad_norm_wm", "steps_per_s"):
+        assert col in metrics.columns, col
+    assert metrics["wm_loss"].notna().any()
+    episodes = pd.read_csv(run / "episodes.csv")
+    assert {"env_step", "episode", "env_index", "return", "length", "success"} <= set(episodes.columns)
+    before = (run / "eval.csv").read_text()
+    again = train(tiny_cfg(), run, show_progress=False)
+    assert again.get("already_done") and (run / "eval.csv").read_text() == before
+
+
+class _StopAt(Trainer):
+    """Deliver a 'SIGTERM' at a chosen env step, as a preempting scheduler would."""
+
+    stop_at = 0
+
+    def _collect_step(self):
+        super()._collect_step()
+        if self.env_step == self.stop_at:
+            self._stop_signal = signal.SIGTERM
+
+
+@pytest.mark.parametrize("num_envs", [1, 2])
+def test_interrupted_and_resumed_run_matches_uninterrupted(tmp_path, num_envs):
+    cfg = tiny_cfg(f"env.num_envs={num_envs}")
+    straight = train(cfg, tmp_path / "straight", show_progress=False)
+    _StopAt.stop_at = 150  # after prefill and the first eval, mid-episode
+    from lore.train.trainer import Preempted
+
+    with pytest.raises(Preempted):
+        _StopAt(cfg, tmp_path / "resumed", show_progress=False).run()
+    assert load_checkpoint(tmp_path / "resumed" / "checkpoint.pt")["env_step"] == 150
+    assert not (tmp_path / "resumed" / "done").exists()
+    resumed = train(cfg, tmp_path / "resumed", show_progress=False)
+    assert resumed["env_step"] == straight["env_step"]
+    a = pd.read_csv(tmp_path / "straight" / "eval.csv")
+    b = pd.read_csv(tmp_path / "resumed" / "eval.csv")
+    pd.testing.assert_frame_equal(a, b)
+    ea = pd.read_csv(tmp_path / "straight" / "episodes.csv")
+    eb = pd.read_csv(tmp_path / "resumed" / "episodes.csv")
+    pd.testing.assert_frame_equal(ea, eb)
+    ma = pd.read_csv(tmp_path / "straight" / "metrics.csv")
+    mb = pd.read_csv(tmp_path / "resumed" / "metrics.csv")
+    assert ma["env_step"].tolist() == mb["env_step"].tolist()
+    pd.testing.assert_series_equal(ma["wm_loss"], mb["wm_loss"])
+
+
+def test_sigterm_writes_a_loadable_checkpoint_and_exits_143(tmp_path):
+    run = tmp_path / "run"
+    args = ["train", "--run-dir", str(run), "--ablation", "rl_only", "--no-progress"]
+    for o in TINY:
+        args += ["--set", o]
+    args += ["--set", "train.steps=100000", "--set", "train.log_every=20"]
+    proc = subprocess.Popen([sys.executable, "-m", "lore.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.time() + 240
+    while not (run / "metrics.csv").exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert proc.poll() is None, proc.stderr.read()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err
+    assert "checkpoint written" in err
+    payload = load_checkpoint(run / "checkpoint.pt")
+    assert payload["env_step"] > 0 and "agent" in payload and "replay" in payload
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--set", "env.name=MiniGrid-NoSuchThing-v0"], "NoSuchThing"),
+    (["--set", "train.steps"], "KEY=VALUE"),
+    (["--set", "train.stepz=3"], "train.stepz"),
+    (["--set", "train.steps=lots"], "train.steps"),
+    (["--ablation", "everything"], "everything"),
+])
+def test_bad_input_is_one_clear_line_and_exit_2(tmp_path, args, needle):
+    res = lore_cli("train", "--run-dir", str(tmp_path / "run"), *args)
+    assert res.returncode == 2, res.stderr
+    lines = [ln for ln in res.stderr.splitlines() if ln.startswith("lore: error")]
+    assert len(lines) == 1 and needle in lines[0], res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_unwritable_run_dir_is_rejected(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    res = lore_cli("train", "--run-dir", str(blocker / "run"), "--set", "model.preset=debug")
+    assert res.returncode == 2 and "not writable" in res.stderr
+
+
+def test_corrupt_checkpoint_is_reported_and_left_untouched(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "checkpoint.pt").write_bytes(b"\x00garbage" * 10)
+    res = lore_cli("train", "--run-dir", str(run), *sum((["--set", o] for o in TINY), []))
+    assert res.returncode == 2 and "corrupt" in res.stderr, res.stderr
+    assert (run / "checkpoint.pt").read_bytes() == b"\x00garbage" * 10
+
+
+def test_resume_with_a_different_config_is_refused(tmp_path):
+    run = tmp_path / "run"
+    train(tiny_cfg(), run, show_progress=False)
+    (run / "done").unlink()
+    from lore.config import ConfigError
+
+    with pytest.raises(ConfigError, match="train.batch_size"):
+        Trainer(tiny_cfg("train.batch_size=2"), run, show_progress=False).run()
+
+
+def test_config_command_prints_resolved_yaml():
+    res = lore_cli("config", "--ablation", "full", "--set", "model.preset=s")
+    assert res.returncode == 0
+    assert "ablation: full" in res.stdout and "deter: 512" in res.stdout
+
+
+def test_done_summary_is_json(tmp_path):
+    run = tmp_path / "run"
+    train(tiny_cfg(), run, show_progress=False)
+    summary = json.loads(Path(run / "done").read_text())
+    assert summary["env_step"] == 240 and 0.0 <= summary["final_success_rate"] <= 1.0
