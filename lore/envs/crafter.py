@@ -284,8 +284,8 @@ class CrafterLoreEnv(LoreEnv):
         inventory = self._inventory()
         daylight = float(self._env._world.daylight)
         lines = [
-            f"Crafter, step {self.step_count} of {self.max_steps}. "
-            f"Daylight {daylight:.2f} ({'day' if daylight > 0.5 else 'night'}; 1 = full day, 0 = darkest night).",
+            # No step counter: it would make every prompt unique and defeat the persistent LLM cache.
+            f"Crafter. Daylight {daylight:.2f} ({'day' if daylight > 0.5 else 'night'}; 1 = full day, 0 = darkest night).",
             f"Player at world position ({player.pos[0]}, {player.pos[1]}), facing "
             f"{FACING_NAMES[facing_index(player.facing)]}; directly in front: {self._front()}."
             + (" The player is asleep." if player.sleeping else ""),

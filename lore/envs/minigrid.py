@@ -413,7 +413,7 @@ class MiniGridLoreEnv(LoreEnv):
         fx, fy = (int(v) for v in env.front_pos)
         if 0 <= fx < width and 0 <= fy < height:
             lines.append(f"Directly in front of the agent, at ({fx}, {fy}): {_cell_name(codes[fx, fy])}.")
-        lines.append(f"Step {env.step_count} of {env.max_steps}.")
+        # No step counter: it would make every prompt unique and defeat the persistent LLM cache.
         if include_map:
             lines.append("Map (row y=0 first; # wall, . floor, G goal, K key, D locked door, d closed door, "
                          "/ open door, B ball, X box, ~ lava, agent >v<^ by facing):")
