@@ -9,7 +9,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def _quiet_torch_threads():
     import torch
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)
     yield
 
 

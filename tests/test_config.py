@@ -108,3 +108,10 @@ def test_semantic_checks():
 def test_defaults_are_declared_once():
     # The dataclass defaults are the single source of truth: a bare RunConfig equals build_config's base.
     assert dataclasses.asdict(RunConfig().train) == dataclasses.asdict(build_config().train)
+
+
+def test_float_literals_without_a_dot_are_numbers():
+    cfg = build_config(overrides=["dreamer.wm_lr=1e-3"])
+    assert cfg.dreamer.wm_lr == 1e-3
+    with pytest.raises(ConfigError, match="dreamer.wm_lr"):
+        build_config(overrides=["dreamer.wm_lr=fast"])

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import pickle
 import signal
 import time
@@ -454,6 +453,7 @@ def train(cfg: RunConfig, run_dir: str | Path, show_progress: bool | None = None
     done = run_dir / DONE
     if done.exists():
         return {"already_done": True, **json.loads(done.read_text())}
-    torch.set_num_threads(max(1, int(os.environ.get("LORE_THREADS", torch.get_num_threads()))))
+    if cfg.train.torch_threads > 0:
+        torch.set_num_threads(cfg.train.torch_threads)
     trainer = Trainer(cfg, run_dir, show_progress=show_progress)
     return trainer.run()
