@@ -1,0 +1,442 @@
+"""DreamerAgent: DreamerV3 world model + actor-critic + LoRe's prior layer (contract: docs/CONTRACTS.md).
+
+Replay conventions (one row per env step t): ``obs.<name>`` is obs t, ``reward[t]`` the reward
+received on arriving at obs t (0 at an episode's first step), ``is_terminal[t]`` whether obs t is a
+true termination (not a time limit), and ``action[t]`` the action taken *after* observing obs t.
+The RSSM therefore consumes ``action[t-1]`` with obs t; the reward and continue heads read the
+posterior at t.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import gymnasium
+import torch
+import torch.nn.functional as F
+
+from lore.dreamer.behavior import (
+    Actor,
+    Critic,
+    critic_losses,
+    ema_update_,
+    imagination_weights,
+    make_slow_copy,
+    reinforce_loss,
+)
+from lore.dreamer.math import (
+    ReturnNormalizer,
+    build_loss_scales,
+    categorical_entropy,
+    check_scales_used,
+    combine_losses,
+    gumbel_noise,
+    lambda_returns,
+    twohot_decode,
+)
+from lore.dreamer.world_model import WorldModel
+from lore.prior.layer import PriorLayer
+
+Tensor = torch.Tensor
+
+WM_LOSSES = ("decoder", "reward", "continue", "dyn", "rep", "ensemble", "prior_net")
+ACTOR_LOSSES = ("actor", "prior")
+CRITIC_LOSSES = ("critic", "slow_reg")
+
+
+@dataclass
+class ActOutput:
+    action: Tensor          # [B] int64, sampled from logits_mix
+    state: dict             # recurrent state for the next act() call
+    logits_wm: Tensor       # [B, A] world-model policy, before any prior
+    logits_mix: Tensor      # [B, A] after the prior layer
+    beta: Tensor            # [B]
+    u_entropy: Tensor       # [B]
+    u_value_var: Tensor     # [B]
+    u_disagreement: Tensor  # [B]
+    action_changed: Tensor  # [B] bool: a_mix != a_wm under the same Gumbel noise
+    latent: Tensor          # [B, D] posterior features (planner / PriorNet input)
+
+
+def gumbel_argmax_pair(logits_a: Tensor, logits_b: Tensor, generator: torch.Generator | None,
+                       sample: bool = True) -> tuple[Tensor, Tensor]:
+    """Actions [B] from two logit sets with the SAME Gumbel noise (argmax when ``sample`` is False)."""
+    if not sample:
+        return logits_a.argmax(-1), logits_b.argmax(-1)
+    noise = gumbel_noise(logits_a.shape, generator, logits_a.device, logits_a.dtype)
+    return (logits_a + noise).argmax(-1), (logits_b + noise).argmax(-1)
+
+
+def _get(batch, key: str):
+    try:
+        return batch[key]
+    except KeyError:
+        return None
+
+
+class DreamerAgent:
+    def __init__(self, obs_space: gymnasium.spaces.Dict, num_actions: int, cfg, device="cpu"):
+        if num_actions < 2:
+            raise ValueError(f"num_actions must be >= 2, got {num_actions}")
+        for name in ("deter", "stoch", "classes", "units", "layers", "bins", "value_heads", "ensemble"):
+            if getattr(cfg.model, name) is None:
+                raise ValueError(f"cfg.model.{name} is None: resolve the preset first (lore.presets.resolve_model)")
+        self.cfg = cfg
+        self.device = torch.device(device)
+        self.num_actions = num_actions
+        self.obs_keys = sorted(obs_space.spaces)
+        d, m = cfg.dreamer, cfg.model
+
+        self.wm = WorldModel(obs_space, num_actions, cfg).to(self.device)
+        feat = self.wm.feat_dim
+        self.actor = Actor(feat, num_actions, m.units, m.layers, d.unimix).to(self.device)
+        self.critic = Critic(feat, m.value_heads, m.units, m.layers, self.wm.bins).to(self.device)
+        self.slow_critic = make_slow_copy(self.critic)
+        self.prior = PriorLayer(cfg.prior, num_actions, num_envs=cfg.env.num_envs, total_steps=cfg.train.steps)
+        self.retnorm = ReturnNormalizer(d.retnorm_decay, d.retnorm_low, d.retnorm_high, device=self.device)
+        self.loss_scales = build_loss_scales(cfg)
+        expected = [k for k in WM_LOSSES if k != "prior_net" or cfg.distill.enabled]
+        check_scales_used(self.loss_scales, [*expected, *ACTOR_LOSSES, *CRITIC_LOSSES])
+        unscaled = sorted(set(expected) - set(self.loss_scales))
+        if unscaled:
+            raise KeyError(f"losses {unscaled} have no entry in LOSS_SCALES")
+
+        self.wm_opt = torch.optim.Adam(self.wm.parameters(), lr=d.wm_lr, eps=d.wm_eps)
+        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=d.ac_lr, eps=d.ac_eps)
+        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=d.ac_lr, eps=d.ac_eps)
+
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(int(cfg.seed))
+        self.nonfinite_skips = 0
+        self.train_steps = 0
+        self.env_step = 0
+        self._scales_checked = False
+
+    # ------------------------------------------------------------------ acting
+
+    def initial_state(self, batch_size: int) -> dict[str, Tensor]:
+        with torch.no_grad():
+            state = self.wm.rssm.initial_state(batch_size)
+        return {"deter": state["deter"].clone(), "stoch": state["stoch"].clone(),
+                "prev_action": torch.zeros(batch_size, self.num_actions, device=self.device)}
+
+    def set_action(self, state: dict[str, Tensor], action: Tensor) -> dict[str, Tensor]:
+        """The state with ``prev_action`` replaced by the action actually executed (e.g. a planner's)."""
+        return {**state, "prev_action": F.one_hot(action.long().to(self.device), self.num_actions).float()}
+
+    def _llm_act_inputs(self, llm: Mapping | None, batch: int) -> dict[str, Tensor]:
+        llm = dict(llm or {})
+        a, n_feat = self.num_actions, self.cfg.features.n_features
+
+        def take(key, shape):
+            value = llm.get(key)
+            if value is None:
+                return torch.zeros(shape, device=self.device)
+            value = torch.as_tensor(value, device=self.device).float()
+            if tuple(value.shape) != shape:
+                raise ValueError(f"llm['{key}'] has shape {tuple(value.shape)}, expected {shape}")
+            return value
+
+        out = {
+            "prior_logits": take("prior_logits", (batch, a)),
+            "mask": take("mask", (batch,)),
+            "confidence": take("confidence", (batch,)),
+            "features": take("features", (batch, n_feat)),
+            "features_mask": take("features_mask", (batch,)),
+        }
+        out["prior_logits"] = _sanitise_prior(out["prior_logits"], out["mask"])
+        return out
+
+    @torch.no_grad()
+    def act(self, obs: Mapping[str, Tensor], is_first: Tensor, state: dict[str, Tensor],
+            llm: Mapping | None = None, env_step: int = 0, sample: bool = True) -> ActOutput:
+        self.env_step = int(env_step)
+        is_first = torch.as_tensor(is_first, device=self.device).bool().reshape(-1)
+        batch = is_first.shape[0]
+        obs = {k: torch.as_tensor(obs[k], device=self.device) for k in self._check_obs_keys(obs)}
+        llm_in = self._llm_act_inputs(llm, batch)
+        embed = self.wm.embed(obs, llm_in["features"], llm_in["features_mask"])
+        rssm_state = {"deter": state["deter"], "stoch": state["stoch"]}
+        post, _, _ = self.wm.rssm.obs_step(rssm_state, state["prev_action"], embed, is_first, self.generator)
+        latent = self.wm.rssm.features(post)
+
+        logits_wm = self.actor(latent)
+        u = {
+            "entropy": categorical_entropy(logits_wm),
+            "value_var": self.critic.values(latent).var(0, unbiased=False),
+            "disagreement": self.wm.expected_disagreement(latent, logits_wm.exp()),
+        }
+        logits_mix, beta = self.prior.act(logits_wm, llm_in["prior_logits"], llm_in["mask"], u,
+                                          self.env_step, generator=self.generator)
+        action, action_wm = gumbel_argmax_pair(logits_mix, logits_wm, self.generator, sample)
+        new_state = {"deter": post["deter"], "stoch": post["stoch"],
+                     "prev_action": F.one_hot(action, self.num_actions).float()}
+        return ActOutput(action=action, state=new_state, logits_wm=logits_wm, logits_mix=logits_mix,
+                         beta=beta, u_entropy=u["entropy"], u_value_var=u["value_var"],
+                         u_disagreement=u["disagreement"], action_changed=action != action_wm, latent=latent)
+
+    def prior_net_logits(self, latent: Tensor) -> Tensor:
+        """PriorNet's action log-probs [B, A] for posterior features [B, D] (distill must be enabled)."""
+        if self.wm.prior_net is None:
+            raise RuntimeError("prior_net_logits: the PriorNet exists only with distill.enabled = true")
+        with torch.no_grad():
+            return torch.log_softmax(self.wm.prior_net(latent.to(self.device)), -1)
+
+    def plan_callables(self) -> dict:
+        """``{step, reward, cont, value}`` on latents [N, D] for :mod:`lore.plan` (no gradient).
+
+        ``step(latent, action_onehot [N, A])`` is one prior step with a sampled ``stoch`` (drawn from
+        the agent's generator); ``reward`` is the reward of the transition into the latent, ``cont``
+        its continue probability, ``value`` the critic ensemble's mean value.
+        """
+        rssm, deter_dim = self.wm.rssm, self.cfg.model.deter
+
+        @torch.no_grad()
+        def step(latent: Tensor, action: Tensor) -> Tensor:
+            state = {"deter": latent[:, :deter_dim],
+                     "stoch": latent[:, deter_dim:].reshape(-1, rssm.stoch_dim, rssm.classes)}
+            nxt, _ = rssm.img_step(state, action.to(latent.dtype), self.generator)
+            return rssm.features(nxt)
+
+        @torch.no_grad()
+        def reward(latent: Tensor) -> Tensor:
+            return self.wm.reward(latent)
+
+        @torch.no_grad()
+        def cont(latent: Tensor) -> Tensor:
+            return self.wm.continue_prob(latent)
+
+        @torch.no_grad()
+        def value(latent: Tensor) -> Tensor:
+            return self.critic.values(latent).mean(0)
+
+        return {"step": step, "reward": reward, "cont": cont, "value": value}
+
+    def _check_obs_keys(self, obs: Mapping) -> list[str]:
+        missing = [k for k in self.obs_keys if k not in obs]
+        if missing:
+            raise KeyError(f"observation key(s) {missing} missing (got {sorted(obs)})")
+        return self.obs_keys
+
+    # ------------------------------------------------------------------ training
+
+    def _prepare_batch(self, batch) -> dict:
+        """Replay batch [B, T] (TensorDict or mapping with the replay keys) -> tensors on device."""
+        def need(key):
+            value = _get(batch, key)
+            if value is None:
+                raise KeyError(f"train batch lacks required key '{key}'")
+            return value.to(self.device)
+
+        data = {"obs": {k: need(f"obs.{k}") for k in self.obs_keys}}
+        for key in ("action", "reward", "is_first", "is_terminal"):
+            data[key] = need(key)
+        if data["action"].dim() != 2:
+            raise ValueError(f"batch['action'] must be [B, T] integer actions, got shape {tuple(data['action'].shape)}")
+        b, t = data["action"].shape
+        if t < 2:
+            raise ValueError(f"train batch needs at least 2 time steps, got T={t}")
+        bad = int(data["action"].min()), int(data["action"].max())
+        if bad[0] < 0 or bad[1] >= self.num_actions:
+            raise ValueError(f"batch['action'] values {bad} outside [0, {self.num_actions})")
+        defaults = {
+            "llm_prior_logits": (b, t, self.num_actions), "llm_mask": (b, t), "llm_confidence": (b, t),
+            "llm_beta": (b, t), "llm_features": (b, t, self.cfg.features.n_features), "llm_features_mask": (b, t),
+        }
+        for key, shape in defaults.items():
+            value = _get(batch, key)
+            data[key] = torch.zeros(shape, device=self.device) if value is None else value.to(self.device).float()
+        data["llm_prior_logits"] = _sanitise_prior(data["llm_prior_logits"], data["llm_mask"])
+        return data
+
+    def _optimise(self, opt: torch.optim.Optimizer, loss: Tensor, params: list, clip: float) -> float:
+        """Backward + clip + step, or skip the step (and count it) when the loss or grads are not finite."""
+        opt.zero_grad(set_to_none=True)
+        if not bool(torch.isfinite(loss)):
+            self.nonfinite_skips += 1
+            return math.nan
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(params, clip)
+        if not bool(torch.isfinite(norm)):
+            opt.zero_grad(set_to_none=True)
+            self.nonfinite_skips += 1
+            return float(norm)
+        opt.step()
+        return float(norm)
+
+    def behaviour_losses(self, post: dict[str, Tensor], data: dict) -> tuple[dict, dict, dict, dict]:
+        """Imagine from every posterior state and build the actor and critic losses.
+
+        Returns (actor losses, critic losses, metrics, internals). No gradient reaches the world
+        model: starts are detached and the dynamics and reward/continue heads run without grad.
+        """
+        d = self.cfg.dreamer
+        # DreamerV3 imagines from every posterior state; imag_last > 0 keeps only the last steps
+        # of each sequence (the official ``imag_last`` knob), trading sample use for speed
+        imag_last = int(getattr(d, "imag_last", 0))
+        if imag_last < 0:
+            raise ValueError(f"dreamer.imag_last must be >= 0 (0 = all steps), got {imag_last}")
+        if 0 < imag_last < post["deter"].shape[1]:
+            post = {k: post[k][:, -imag_last:] for k in ("deter", "stoch")}
+            data = {**data, **{k: data[k][:, -imag_last:] for k in
+                               ("is_terminal", "llm_prior_logits", "llm_mask", "llm_confidence", "llm_beta")}}
+        n = post["deter"].shape[0] * post["deter"].shape[1]
+        start = {"deter": post["deter"].reshape(n, -1).detach(),
+                 "stoch": post["stoch"].reshape(n, *post["stoch"].shape[2:]).detach()}
+        actor_logits: list[Tensor] = []
+        mix_prior = self.cfg.prior.mix_in_imagination and self.wm.prior_net is not None
+        beta_imag = self.prior.beta_max_at(self.env_step) if mix_prior else 0.0
+        temperature = float(getattr(self.prior, "temperature", 1.0))
+
+        def policy(feat: Tensor, step: int) -> Tensor:
+            logits = self.actor(feat)
+            actor_logits.append(logits)
+            sample_logits = logits.detach()
+            if mix_prior and beta_imag > 0:
+                with torch.no_grad():
+                    sample_logits = sample_logits + beta_imag * torch.log_softmax(self.wm.prior_net(feat), -1) / temperature
+            noise = gumbel_noise(sample_logits.shape, self.generator, feat.device, feat.dtype)
+            return F.one_hot((sample_logits + noise).argmax(-1), self.num_actions).float()
+
+        traj = self.wm.rssm.imagine(start, policy, d.horizon, self.generator)
+        feat, actions = traj["feat"], traj["action"]  # [H+1, N, F], [H, N, A]
+        logits = torch.stack(actor_logits)  # [H, N, A]
+        with torch.no_grad():
+            rewards = self.wm.reward(feat[1:])  # [H, N]
+            continues = (self.wm.continue_head(feat[1:]).squeeze(-1) > 0).float()  # mode, as DreamerV3
+            first_cont = 1.0 - data["is_terminal"].reshape(n).float()
+            weight = imagination_weights(first_cont, continues, d.gamma)  # [H+1, N]
+            slow_values = self.slow_critic.values(feat[:-1])  # [K, H, N]
+
+        value_logits = self.critic(feat)  # [K, H+1, N, bins]
+        with torch.no_grad():
+            # bootstrap from the current critic (mean over heads), not from the slow copy
+            values = twohot_decode(value_logits.detach(), self.wm.bins).mean(0)  # [H+1, N]
+            returns = lambda_returns(rewards, values, continues, d.gamma, d.lam)  # [H, N]
+            if bool(torch.isfinite(returns).all()):
+                self.retnorm.update(returns)
+            scale = self.retnorm.scale()
+            advantage = (returns - values[:-1]) / scale  # [H, N]
+
+        prior_logits = data["llm_prior_logits"].reshape(n, -1)
+        mask = data["llm_mask"].reshape(n)
+        bonus = self.prior.advantage_bonus(prior_logits, actions[0].argmax(-1), mask)
+        advantage = torch.cat([advantage[:1] + bonus.detach()[None], advantage[1:]], 0)
+        loss_actor, entropy = reinforce_loss(logits, actions, advantage, weight[:-1], d.actor_entropy)
+        loss_prior, prior_metrics = self.prior.actor_loss(
+            logits[0], prior_logits, mask, data["llm_confidence"].reshape(n), data["llm_beta"].reshape(n))
+        loss_critic, loss_slow = critic_losses(value_logits[:, :-1], returns, slow_values, weight[:-1], self.wm.bins)
+
+        metrics = {
+            "entropy_wm": entropy.item(),
+            "return_scale": float(scale),
+            "imag_return_mean": returns.mean().item(),
+            "imag_reward_mean": rewards.mean().item(),
+            "value_mean": values.mean().item(),
+            "advantage_abs_mean": advantage.abs().mean().item(),
+            "imag_weight_mean": weight.mean().item(),
+            "loss_slow_reg": loss_slow.item() / value_logits.shape[0],
+        }
+        metrics.update({k: float(v) for k, v in prior_metrics.items()})
+        internals = {"feat": feat, "actions": actions, "returns": returns, "values": values, "weight": weight}
+        return ({"actor": loss_actor, "prior": loss_prior}, {"critic": loss_critic, "slow_reg": loss_slow},
+                metrics, internals)
+
+    def train_step(self, batch) -> dict[str, float]:
+        """One DreamerV3 update (world model, then actor and critic in imagination) -> flat metrics."""
+        d = self.cfg.dreamer
+        data = self._prepare_batch(batch)
+        skips_before = self.nonfinite_skips
+
+        wm_losses, post, wm_metrics = self.wm.loss(data, self.generator)
+        wm_total = combine_losses(wm_losses, self.loss_scales)
+        grad_norm_wm = self._optimise(self.wm_opt, wm_total, list(self.wm.parameters()), d.wm_clip)
+
+        actor_losses, critic_losses_, ac_metrics, _ = self.behaviour_losses(post, data)
+        actor_total = combine_losses(actor_losses, self.loss_scales)
+        critic_total = combine_losses(critic_losses_, self.loss_scales)
+        grad_norm_actor = self._optimise(self.actor_opt, actor_total, list(self.actor.parameters()), d.ac_clip)
+        critic_skips = self.nonfinite_skips
+        grad_norm_critic = self._optimise(self.critic_opt, critic_total, list(self.critic.parameters()), d.ac_clip)
+        if self.nonfinite_skips == critic_skips:  # the critic stepped: move the slow copy
+            ema_update_(self.slow_critic, self.critic, d.slow_critic_fraction)
+
+        kl_mix = ac_metrics.get("kl_mix_wm")
+        if kl_mix is not None and math.isfinite(kl_mix):
+            self.prior.update_lambda(kl_mix)
+        if not self._scales_checked:
+            check_scales_used(self.loss_scales, [*wm_losses, *actor_losses, *critic_losses_])
+            self._scales_checked = True
+        self.train_steps += 1
+
+        metrics = {
+            "wm_loss": wm_total.item(),
+            **{f"loss_{k}": v.item() for k, v in wm_losses.items()},
+            **wm_metrics,
+            "loss_actor": actor_losses["actor"].item(),
+            "loss_prior": actor_losses["prior"].item(),
+            "loss_critic": critic_losses_["critic"].item() / self.critic.net.members,
+            **ac_metrics,
+            "grad_norm_wm": grad_norm_wm,
+            "grad_norm_actor": grad_norm_actor,
+            "grad_norm_critic": grad_norm_critic,
+            "nonfinite_skips": float(self.nonfinite_skips),
+            "nonfinite_skips_step": float(self.nonfinite_skips - skips_before),
+            "temperature": float(getattr(self.prior, "temperature", 1.0)),
+            "lambda_kl": float(getattr(self.prior, "lambda_kl", 0.0)),
+        }
+        metrics["loss_ensemble"] = wm_metrics["loss_ensemble"]  # per member, not the sum
+        return metrics
+
+    # ------------------------------------------------------------------ checkpointing
+
+    def state_dict(self) -> dict:
+        return {
+            "wm": self.wm.state_dict(),
+            "actor": self.actor.state_dict(),
+            "critic": self.critic.state_dict(),
+            "slow_critic": self.slow_critic.state_dict(),
+            "wm_opt": self.wm_opt.state_dict(),
+            "actor_opt": self.actor_opt.state_dict(),
+            "critic_opt": self.critic_opt.state_dict(),
+            "retnorm": self.retnorm.state_dict(),
+            "prior": self.prior.state_dict(),
+            "generator": self.generator.get_state(),
+            "nonfinite_skips": self.nonfinite_skips,
+            "train_steps": self.train_steps,
+            "env_step": self.env_step,
+        }
+
+    def load_state_dict(self, state: Mapping) -> None:
+        missing = [k for k in ("wm", "actor", "critic", "slow_critic", "wm_opt", "actor_opt", "critic_opt",
+                               "retnorm", "prior", "generator") if k not in state]
+        if missing:
+            raise KeyError(f"agent checkpoint lacks {missing}")
+        self.wm.load_state_dict(state["wm"])
+        self.actor.load_state_dict(state["actor"])
+        self.critic.load_state_dict(state["critic"])
+        self.slow_critic.load_state_dict(state["slow_critic"])
+        self.wm_opt.load_state_dict(state["wm_opt"])
+        self.actor_opt.load_state_dict(state["actor_opt"])
+        self.critic_opt.load_state_dict(state["critic_opt"])
+        self.retnorm.load_state_dict(state["retnorm"])
+        self.prior.load_state_dict(state["prior"])
+        self.generator.set_state(state["generator"].cpu())
+        self.nonfinite_skips = int(state.get("nonfinite_skips", 0))
+        self.train_steps = int(state.get("train_steps", 0))
+        self.env_step = int(state.get("env_step", 0))
+
+    def parameters(self):
+        """All trainable parameters (world model, actor, critic)."""
+        yield from self.wm.parameters()
+        yield from self.actor.parameters()
+        yield from self.critic.parameters()
+
+
+def _sanitise_prior(prior_logits: Tensor, mask: Tensor) -> Tensor:
+    """Zero the prior logits where no prior applies and replace non-finite entries (a NaN
+    multiplied by a zero weight would still poison a loss)."""
+    prior_logits = torch.nan_to_num(prior_logits.float(), nan=0.0, posinf=0.0, neginf=-1e4)
+    return torch.where(mask.unsqueeze(-1) > 0, prior_logits, torch.zeros_like(prior_logits))

@@ -1,0 +1,98 @@
+"""Actor-critic in imagination (DreamerV3, discrete actions): networks and pure loss functions.
+
+Trajectory layout (time-major): states s_0 .. s_H with features ``feat`` [H+1, N, F]; a_k is taken
+at s_k (``action`` [H, N, A] one-hot); reward and continue of the transition k -> k+1 are read at
+s_{k+1}. Values come from the *current* critic; the slow critic only regularises it.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import nn
+
+from lore.dreamer.math import categorical_entropy, twohot_decode, twohot_log_prob, unimix_logits
+from lore.dreamer.networks import MLP, EnsembleMLP
+
+Tensor = torch.Tensor
+
+
+class Actor(nn.Module):
+    """feat [..., F] -> unimixed action log-probs [..., A] (1% uniform keeps every action alive)."""
+
+    def __init__(self, feat_dim: int, num_actions: int, units: int, layers: int, unimix: float = 0.01):
+        super().__init__()
+        self.net = MLP(feat_dim, units, layers, out_dim=num_actions)
+        self.unimix = unimix
+
+    def forward(self, feat: Tensor) -> Tensor:
+        return unimix_logits(self.net(feat), self.unimix)
+
+
+class Critic(nn.Module):
+    """K distributional value heads (255-bin two-hot, zero-initialised outputs)."""
+
+    def __init__(self, feat_dim: int, heads: int, units: int, layers: int, bins: Tensor):
+        super().__init__()
+        self.net = EnsembleMLP(heads, feat_dim, units, layers, bins.shape[0], out_scale=0.0)
+        self.register_buffer("bins", bins.clone(), persistent=False)
+
+    def forward(self, feat: Tensor) -> Tensor:  # [..., F] -> logits [K, ..., bins]
+        return self.net(feat)
+
+    def values(self, feat: Tensor) -> Tensor:  # [..., F] -> raw values per head [K, ...]
+        return twohot_decode(self.net(feat), self.bins)
+
+
+def make_slow_copy(module: nn.Module) -> nn.Module:
+    slow = copy.deepcopy(module)
+    for p in slow.parameters():
+        p.requires_grad_(False)
+    return slow
+
+
+@torch.no_grad()
+def ema_update_(slow: nn.Module, fast: nn.Module, fraction: float) -> None:
+    """slow ← (1 − fraction)·slow + fraction·fast, parameter by parameter."""
+    for p_slow, p_fast in zip(slow.parameters(), fast.parameters(), strict=True):
+        p_slow.lerp_(p_fast, fraction)
+
+
+def imagination_weights(first_continue: Tensor, continues: Tensor, gamma: float) -> Tensor:
+    """Per-state loss weights [H+1, N]: w_k = Π_{j<=k} (γ c_j) / γ with c_0 = 1 − terminal(s_0).
+
+    first_continue [N], continues [H, N] (c_{k+1} read at s_{k+1}). A state after a predicted
+    termination gets weight 0, as does everything imagined from a terminal start state.
+    """
+    conts = torch.cat([first_continue[None], continues], 0)
+    return torch.cumprod(gamma * conts, 0) / gamma
+
+
+def reinforce_loss(logits: Tensor, actions: Tensor, advantage: Tensor, weight: Tensor,
+                   entropy_scale: float) -> tuple[Tensor, Tensor]:
+    """−sg(adv)·log π(a) − η·H(π), weighted and averaged -> (loss, mean entropy).
+
+    logits [H, N, A] (with gradient), actions [H, N, A] one-hot, advantage and weight [H, N].
+    """
+    log_probs = torch.log_softmax(logits, -1)
+    log_pi = (log_probs * actions).sum(-1)
+    entropy = categorical_entropy(logits)
+    loss = -log_pi * advantage.detach() - entropy_scale * entropy
+    return (loss * weight.detach()).mean(), entropy.detach().mean()
+
+
+def critic_losses(value_logits: Tensor, returns: Tensor, slow_values: Tensor, weight: Tensor,
+                  bins: Tensor) -> tuple[Tensor, Tensor]:
+    """Two-hot CE of every head toward the λ-returns and toward its slow copy's mean value.
+
+    value_logits [K, H, N, bins] (states s_0 .. s_{H-1}), returns [H, N], slow_values [K, H, N],
+    weight [H, N]. Each head's loss is averaged over (H, N) and the heads are summed, so every
+    head is trained exactly as a single DreamerV3 critic would be.
+    Returns (critic loss, slow regulariser).
+    """
+    w = weight.detach()
+    log_probs = torch.log_softmax(value_logits, -1)  # shared by both terms
+    ce = -twohot_log_prob(log_probs, returns.detach()[None], bins)  # [K, H, N]
+    reg = -twohot_log_prob(log_probs, slow_values.detach(), bins)
+    return (ce * w).mean((1, 2)).sum(), (reg * w).mean((1, 2)).sum()
