@@ -67,6 +67,11 @@ class DreamerConfig:
     gamma: float = 1.0 - 1.0 / 333.0
     lam: float = 0.95
     horizon: int = 15
+    imag_last: int = 0
+    """Imagine only from the last N steps of each replayed sequence (0 = every posterior state,
+    DreamerV3's default). A CPU speed knob: the critic ensemble on B*T*H states dominates an update."""
+    ensemble_scale: float = 1.0
+    """Loss scale of the one-step disagreement ensemble (trained on stopped WM features)."""
     actor_entropy: float = 3e-4
     free_bits: float = 1.0
     kl_dyn: float = 0.5
@@ -251,6 +256,7 @@ class DistillConfig:
     min_samples: int = 64
     holdout_frac: float = 0.2
     check_every: int = 10
+    loss_scale: float = 1.0
     """Every n-th due LLM call is still made and compared with PriorNet (held-out KL)."""
 
 

@@ -184,8 +184,8 @@ def test_train_step_finite_metrics_and_updates_parameters():
     before = snapshot(agent)
     metrics = agent.train_step(TensorDict(make_batch(), batch_size=[B, T]))
     required = ["wm_loss", "loss_decoder", "loss_reward", "loss_continue", "kl_dyn", "kl_rep", "loss_actor",
-                "loss_critic", "entropy_wm", "return_scale", "imag_return_mean", "value_mean", "grad_norm_wm",
-                "grad_norm_actor", "grad_norm_critic", "u_disagreement_train", "nonfinite_skips", "kl_mix_wm"]
+                "loss_critic", "entropy_imag", "return_scale", "imag_return_mean", "value_mean", "grad_norm_wm",
+                "grad_norm_actor", "grad_norm_critic", "u_disagreement_train", "nonfinite_skips", "kl_mix_wm_train"]
     for key in required:
         assert key in metrics, key
     assert all(isinstance(v, float) and np.isfinite(v) for v in metrics.values()), metrics
@@ -261,6 +261,16 @@ def test_loss_scale_table_must_match_computed_losses():
     del agent.loss_scales["reward"]
     with pytest.raises(KeyError, match="reward"):
         agent.train_step(make_batch())
+
+
+def test_nested_obs_layout_is_accepted():
+    agent = DreamerAgent(symbolic_space(), A, make_cfg())
+    flat = make_batch()
+    nested = {k: v for k, v in flat.items() if not k.startswith("obs.")}
+    nested["obs"] = {"symbolic": flat["obs.symbolic"]}
+    torch.testing.assert_close(agent._prepare_batch(nested)["obs"]["symbolic"], flat["obs.symbolic"])
+    td = TensorDict({**nested, "obs": TensorDict(nested["obs"], batch_size=[B, T])}, batch_size=[B, T])
+    torch.testing.assert_close(agent._prepare_batch(td)["obs"]["symbolic"], flat["obs.symbolic"])
 
 
 def test_bad_batch_is_rejected_with_a_clear_message():

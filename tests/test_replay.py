@@ -80,3 +80,19 @@ def test_missing_key_is_an_error():
         assert "llm_mask" in str(e)
     else:
         raise AssertionError("a row without llm_mask was accepted")
+
+
+def test_writes_after_a_reload_sample_cleanly():
+    replay = _replay()
+    for t in range(30):
+        replay.add(0, _row(0, t))
+        replay.add(1, _row(1, 500 + t))
+    other = _replay()
+    other.load_state_dict(replay.state_dict())
+    for t in range(30, 60):
+        other.add(0, _row(0, t))
+        other.add(1, _row(1, 500 + t))
+    batch = other.sample()
+    assert set(batch.keys()) == set(other.spec)
+    times = batch["obs.symbolic"][..., 1]
+    assert (times[:, 1:] - times[:, :-1] == 1).all()

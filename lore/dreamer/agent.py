@@ -230,7 +230,16 @@ class DreamerAgent:
                 raise KeyError(f"train batch lacks required key '{key}'")
             return value.to(self.device)
 
-        data = {"obs": {k: need(f"obs.{k}") for k in self.obs_keys}}
+        def need_obs(name):
+            value = _get(batch, f"obs.{name}")
+            if value is None:  # also accept a nested layout: batch["obs"][name] / key ("obs", name)
+                nested = _get(batch, "obs")
+                value = _get(nested, name) if nested is not None else None
+            if value is None:
+                raise KeyError(f"train batch lacks required key 'obs.{name}'")
+            return value.to(self.device)
+
+        data = {"obs": {k: need_obs(k) for k in self.obs_keys}}
         for key in ("action", "reward", "is_first", "is_terminal"):
             data[key] = need(key)
         if data["action"].dim() != 2:
@@ -275,7 +284,7 @@ class DreamerAgent:
         d = self.cfg.dreamer
         # DreamerV3 imagines from every posterior state; imag_last > 0 keeps only the last steps
         # of each sequence (the official ``imag_last`` knob), trading sample use for speed
-        imag_last = int(getattr(d, "imag_last", 0))
+        imag_last = int(d.imag_last)
         if imag_last < 0:
             raise ValueError(f"dreamer.imag_last must be >= 0 (0 = all steps), got {imag_last}")
         if 0 < imag_last < post["deter"].shape[1]:
@@ -330,7 +339,7 @@ class DreamerAgent:
         loss_critic, loss_slow = critic_losses(value_logits[:, :-1], returns, slow_values, weight[:-1], self.wm.bins)
 
         metrics = {
-            "entropy_wm": entropy.item(),
+            "entropy_imag": entropy.item(),
             "return_scale": float(scale),
             "imag_return_mean": returns.mean().item(),
             "imag_reward_mean": rewards.mean().item(),
@@ -384,10 +393,11 @@ class DreamerAgent:
             "grad_norm_critic": grad_norm_critic,
             "nonfinite_skips": float(self.nonfinite_skips),
             "nonfinite_skips_step": float(self.nonfinite_skips - skips_before),
-            "temperature": float(getattr(self.prior, "temperature", 1.0)),
-            "lambda_kl": float(getattr(self.prior, "lambda_kl", 0.0)),
         }
         metrics["loss_ensemble"] = wm_metrics["loss_ensemble"]  # per member, not the sum
+        # The prior layer reports the act-time KL as kl_mix_wm; this one is measured on replay states.
+        if "kl_mix_wm" in metrics:
+            metrics["kl_mix_wm_train"] = metrics.pop("kl_mix_wm")
         return metrics
 
     # ------------------------------------------------------------------ checkpointing

@@ -261,14 +261,14 @@ def build_loss_scales(cfg) -> dict[str, float]:
         "continue": d.continue_scale,
         "dyn": d.kl_dyn,
         "rep": d.kl_rep,
-        "ensemble": getattr(d, "ensemble_scale", 1.0),
+        "ensemble": d.ensemble_scale,
         "actor": 1.0,
         "prior": 1.0,
         "critic": 1.0,
         "slow_reg": d.slow_critic_reg,
     }
     if cfg.distill.enabled:
-        scales["prior_net"] = getattr(cfg.distill, "loss_scale", 1.0)
+        scales["prior_net"] = cfg.distill.loss_scale
     return scales
 
 

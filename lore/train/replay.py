@@ -79,10 +79,15 @@ class SequenceReplay:
         if not rows:
             return
         n = len(rows)
-        data = {
-            key: torch.as_tensor(np.stack([np.asarray(r[key]) for r in rows])).to(dtype).reshape(n, *shape)
-            for key, (shape, dtype) in self.spec.items()
-        }
+        data: dict = {}
+        for key, (shape, dtype) in self.spec.items():
+            value = torch.as_tensor(np.stack([np.asarray(r[key]) for r in rows])).to(dtype).reshape(n, *shape)
+            # "obs.x" is stored nested as ("obs", "x"): the form torchrl restores from a state_dict.
+            head, _, tail = key.partition(".")
+            if tail:
+                data.setdefault(head, {})[tail] = value
+            else:
+                data[key] = value
         data["chunk_id"] = torch.full((n,), self.next_chunk_id, dtype=torch.int64)
         self.next_chunk_id += 1
         self.buffer.extend(TensorDict(data, batch_size=[n]))
@@ -95,7 +100,7 @@ class SequenceReplay:
     def sample(self) -> TensorDict:
         """``[batch_size, batch_length]`` consecutive rows of one env each."""
         batch = self.buffer.sample().reshape(self.batch_size, self.batch_length)
-        # A storage reloaded from a checkpoint nests "obs.x" as ("obs", "x"): flatten back to the contract's keys.
+        # Back to the contract's flat keys ("obs.x").
         batch = batch.flatten_keys(".")
         return batch.select(*self.spec)
 
