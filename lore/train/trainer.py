@@ -280,14 +280,11 @@ class Trainer:
         self.bridge.on_env_step(self.env_step, actions, reward, done)
 
     def _record_act(self, out, llm_in: dict) -> None:
+        # beta and the u-signals are reported by the prior layer itself (PriorLayer.metrics).
         values = {
             "llm_action_changed_frac": out.action_changed.float().mean().item(),
             "llm_prior_applied_frac": float(np.mean(llm_in["mask"])),
         }
-        for key in ("beta", "u_entropy", "u_value_var", "u_disagreement"):
-            tensor = getattr(out, key, None)
-            if tensor is not None:
-                values[f"act_{key}_mean" if key == "beta" else key] = tensor.float().mean().item()
         for k, v in values.items():
             self.act_metrics.setdefault(k, []).append(v)
 
