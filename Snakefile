@@ -1,0 +1,34 @@
+# LoRe: environment x ablation x seed training runs -> statistics -> figures -> paper.
+#
+#   snakemake --cores 2                                   # default main job (config/config.yaml)
+#   snakemake --profile workflow/profiles/default         # same, with keep-going / retries
+#   snakemake --profile workflow/profiles/slurm --configfile config/paper.yaml
+#   snakemake --report results/report.html                # HTML report of the last run
+#
+# See docs/workflow.md.
+from snakemake.utils import min_version
+
+min_version("8.0")
+
+
+# --configfile REPLACES the default config instead of being deep-merged into it (Snakemake's
+# default), so keys of config/config.yaml never leak into config/paper.yaml or config/test.yaml.
+if not workflow.overwrite_configfiles:
+
+    configfile: "config/config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/aggregate.smk"
+include: "workflow/rules/figures.smk"
+include: "workflow/rules/paper.smk"
+
+
+report: "workflow/report/workflow.rst"
+
+
+rule all:
+    default_target: True
+    input:
+        all_targets(),

@@ -1,0 +1,187 @@
+"""``lore aggregate | figures | paper-macros | paper-build``: the analysis from the command line.
+
+    lore aggregate --runs-root results/runs --out results/tables --budgets 10000 25000 50000
+    lore figures --runs-root results/runs --tables results/tables --out results/figures
+    lore paper-macros --tables results/tables --out paper/generated
+    python -m lore.analysis.cli paper-build --tex paper/lore.tex --generated paper/generated \
+        --figures results/figures --out results/paper/lore.pdf
+
+``lore.cli`` delegates the first three here (``main(argv)`` with argv starting at the
+subcommand). Every error is one line on stderr with exit status 2 (bad input) or 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from lore.analysis.aggregate import AnalysisSettings
+
+
+def _settings_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("statistics (defaults: lore.analysis.aggregate.AnalysisSettings)")
+    g.add_argument("--settings", help="YAML mapping of AnalysisSettings fields (e.g. the workflow's analysis: section)")
+    g.add_argument("--budgets", type=int, nargs="+", help="env-step budgets at which SR is compared")
+    g.add_argument("--env-budget", action="append", default=[], metavar="ENV=B1,B2",
+                   help="per-environment budgets, e.g. crafter=100000,1000000 (repeatable)")
+    g.add_argument("--headline-budget", type=int)
+    g.add_argument("--threshold", type=float, help="SR threshold for 'steps to reach SR >= threshold'")
+    g.add_argument("--window-center", type=float, help="centre of the original prototype's training-SR window")
+    g.add_argument("--window-half-width", type=float)
+    g.add_argument("--baseline", help="ablation that P(improvement) compares against")
+    g.add_argument("--confidence", type=float)
+    g.add_argument("--resamples", type=int, help="bootstrap resamples")
+    g.add_argument("--bootstrap-seed", type=int)
+
+
+def settings_from_args(args: argparse.Namespace) -> AnalysisSettings:
+    data: dict = {}
+    if args.settings:
+        path = Path(args.settings)
+        if not path.is_file():
+            raise ValueError(f"--settings: {path} does not exist")
+        data = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(data, dict):
+            raise ValueError(f"--settings: {path} must hold a mapping of analysis settings")
+    flags = {"budgets": args.budgets, "headline_budget": args.headline_budget, "threshold": args.threshold,
+             "window_center": args.window_center, "window_half_width": args.window_half_width,
+             "baseline": args.baseline, "confidence": args.confidence, "resamples": args.resamples,
+             "seed": args.bootstrap_seed}
+    data.update({k: v for k, v in flags.items() if v is not None})
+    if args.env_budget:
+        env_budgets = dict(data.get("env_budgets") or {})
+        for text in args.env_budget:
+            env, sep, values = text.partition("=")
+            if not sep or not env or not values:
+                raise ValueError(f"--env-budget {text!r}: expected ENV=B1,B2")
+            try:
+                env_budgets[env] = [int(v) for v in values.split(",")]
+            except ValueError:
+                raise ValueError(f"--env-budget {text!r}: budgets must be integers") from None
+        data["env_budgets"] = env_budgets
+    return AnalysisSettings.from_mapping(data)
+
+
+def _runs_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dirs", nargs="*", help="run directories (default: every run under --runs-root)")
+    p.add_argument("--runs-root", help="find every run directory (holding eval.csv) under this folder")
+    p.add_argument("--run-list", help="file with one run directory per line")
+
+
+def _run_dirs(args: argparse.Namespace) -> list[Path]:
+    from lore.analysis.runs import find_run_dirs
+
+    dirs = [Path(d) for d in args.run_dirs]
+    if args.run_list:
+        dirs += [Path(line.strip()) for line in Path(args.run_list).read_text().splitlines() if line.strip()]
+    if args.runs_root:
+        dirs += find_run_dirs(args.runs_root)
+    if not dirs:
+        raise ValueError("no run directories: pass them, or --runs-root / --run-list")
+    return list(dict.fromkeys(dirs))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lore", description="LoRe analysis: statistics, figures, paper")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    a = sub.add_parser("aggregate", help="tidy tables + statistics (CSV and LaTeX) from run directories")
+    _runs_args(a)
+    _settings_args(a)
+    a.add_argument("--out", default="results/tables", help="output folder (default results/tables)")
+
+    f = sub.add_parser("figures", help="figures (PNG + PDF) from run directories and the tables")
+    _runs_args(f)
+    _settings_args(f)
+    f.add_argument("--tables", default="results/tables", help="folder written by `lore aggregate`")
+    f.add_argument("--out", default="results/figures")
+
+    m = sub.add_parser("paper-macros", help="LaTeX macros and tables for paper/lore.tex")
+    _settings_args(m)
+    m.add_argument("--tables", default="results/tables")
+    m.add_argument("--out", default="paper/generated")
+    m.add_argument("--envs", nargs="+", help="environments in the config's order (the first MiniGrid one is "
+                                             "the paper's primary environment)")
+
+    b = sub.add_parser("paper-build", help="compile the paper PDF (latexmk or pdflatex)")
+    b.add_argument("--tex", default="paper/lore.tex")
+    b.add_argument("--generated", default="paper/generated")
+    b.add_argument("--figures", default="results/figures")
+    b.add_argument("--out", default="results/paper/lore.pdf")
+    b.add_argument("--log", help="write the LaTeX output here")
+    return parser
+
+
+def _aggregate(args) -> None:
+    from lore.analysis.aggregate import aggregate
+    from lore.analysis.latex import write_latex_tables
+    from lore.analysis.runs import load_runs
+
+    settings = settings_from_args(args)
+    start = time.perf_counter()
+    runs = load_runs(_run_dirs(args))
+    tables = aggregate(runs, settings)
+    written = tables.write_csv(args.out) + write_latex_tables(tables, settings, args.out)
+    incomplete = [str(r.path) for r in runs if not r.complete]
+    if incomplete:
+        print(f"lore aggregate: warning: {len(incomplete)} run(s) have no `done` marker (still running or "
+              f"killed): {', '.join(incomplete[:5])}", file=sys.stderr)
+    print(json.dumps({"runs": len(runs), "files": [str(p) for p in written],
+                      "seconds": round(time.perf_counter() - start, 2)}))
+
+
+def _figures(args) -> None:
+    from lore.analysis.aggregate import Tables
+    from lore.analysis.figures import make_figures
+    from lore.analysis.runs import load_runs
+
+    settings = settings_from_args(args)
+    runs = load_runs(_run_dirs(args))
+    written = make_figures(runs, Tables.read_csv(args.tables), settings, args.out)
+    print(json.dumps({"runs": len(runs), "files": [str(p) for p in written]}))
+
+
+def _paper_macros(args) -> None:
+    from lore.analysis.aggregate import Tables
+    from lore.analysis.paper import write_generated
+
+    settings = settings_from_args(args)
+    written = write_generated(Tables.read_csv(args.tables), settings, args.out, args.envs)
+    print(json.dumps({"files": [str(p) for p in written]}))
+
+
+def _paper_build(args) -> None:
+    from lore.analysis.paper import build_pdf
+
+    out = build_pdf(args.tex, args.generated, args.figures, args.out, args.log)
+    print(json.dumps({"pdf": str(out)}))
+
+
+COMMANDS = {"aggregate": _aggregate, "figures": _figures, "paper-macros": _paper_macros,
+            "paper-build": _paper_build}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    from lore.analysis.paper import PaperBuildError
+    from lore.analysis.runs import RunDataError
+
+    try:
+        COMMANDS[args.command](args)
+    except (ValueError, RunDataError, FileNotFoundError) as e:
+        print(f"lore {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except PaperBuildError as e:
+        print(f"lore {args.command}: error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,229 @@
+"""Statistics over seeds: IQM, stratified bootstrap CIs, probability of improvement,
+curve summaries and the Crafter score.
+
+Everything here is a small pure function over numpy arrays. The conventions follow
+Agarwal et al. (2021), "Deep RL at the Edge of the Statistical Precipice": the IQM is
+the 25% trimmed mean over runs; confidence intervals are percentile bootstrap intervals
+where runs are resampled with replacement *within* each stratum (environment); the
+probability of improvement P(X > Y) is averaged over environments. rliable itself is
+archived and breaks on pandas 3, so this is a reimplementation on top of scipy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats as sps
+
+# --------------------------------------------------------------------------- point estimates
+
+
+def iqm(values: np.ndarray, axis: int | None = None) -> np.ndarray | float:
+    """Interquartile mean: mean of the middle 50% (scipy's 25% trimmed mean).
+
+    With fewer than 4 values nothing is trimmed (``int(0.25 * n) == 0``), so the IQM
+    equals the mean; this is scipy's and rliable's convention.
+    """
+    values = np.asarray(values, dtype=float)
+    if values.size == 0:
+        raise ValueError("iqm: no values")
+    return sps.trim_mean(values, 0.25, axis=axis)
+
+
+def mean(values: np.ndarray, axis: int | None = None) -> np.ndarray | float:
+    values = np.asarray(values, dtype=float)
+    if values.size == 0:
+        raise ValueError("mean: no values")
+    return np.mean(values, axis=axis)
+
+
+STATISTICS: dict[str, Callable[..., np.ndarray | float]] = {"mean": mean, "iqm": iqm, "median": np.median}
+
+
+# --------------------------------------------------------------------------- bootstrap
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A point estimate with its confidence interval."""
+
+    estimate: float
+    low: float
+    high: float
+
+
+def _as_strata(strata: Sequence[np.ndarray] | np.ndarray) -> list[np.ndarray]:
+    if isinstance(strata, np.ndarray) and strata.ndim == 1:
+        strata = [strata]
+    out = [np.asarray(s, dtype=float).ravel() for s in strata]
+    if not out or any(s.size == 0 for s in out):
+        raise ValueError("bootstrap: every stratum needs at least one value")
+    if any(not np.all(np.isfinite(s)) for s in out):
+        raise ValueError("bootstrap: values must be finite (drop NaN runs first)")
+    return out
+
+
+def stratified_bootstrap_ci(
+    strata: Sequence[np.ndarray] | np.ndarray,
+    statistic: str | Callable[..., np.ndarray] = "iqm",
+    *,
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> Interval:
+    """Percentile bootstrap CI of ``statistic`` over the pooled runs of all strata.
+
+    ``strata``: one 1-D array of per-run scores per stratum (e.g. per environment);
+    runs are resampled with replacement within each stratum, the strata are pooled,
+    and the statistic (``"mean"``, ``"iqm"``, ``"median"`` or a function with an
+    ``axis`` argument) is computed on each resample. A single-run stratum cannot vary,
+    so with one run in total the interval collapses to the estimate.
+    """
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    if resamples < 1:
+        raise ValueError(f"resamples must be >= 1, got {resamples}")
+    fn = STATISTICS[statistic] if isinstance(statistic, str) else statistic
+    samples = _as_strata(strata)
+    pooled = np.concatenate(samples)
+    estimate = float(fn(pooled, axis=None))
+    rng = np.random.default_rng(seed)
+    # [resamples, n_total]: each stratum contributes its own resampled block.
+    blocks = [s[rng.integers(0, s.size, size=(resamples, s.size))] for s in samples]
+    boot = np.asarray(fn(np.concatenate(blocks, axis=1), axis=1), dtype=float)
+    alpha = (1.0 - confidence) / 2.0
+    low, high = np.quantile(boot, [alpha, 1.0 - alpha])
+    return Interval(estimate, float(low), float(high))
+
+
+def probability_of_improvement(x: np.ndarray, y: np.ndarray) -> float:
+    """P(X > Y) + 0.5 P(X = Y) over all pairs of runs (the Mann-Whitney U statistic / (n m))."""
+    x = np.asarray(x, dtype=float).ravel()
+    y = np.asarray(y, dtype=float).ravel()
+    if x.size == 0 or y.size == 0:
+        raise ValueError("probability_of_improvement: both groups need at least one run")
+    diff = x[:, None] - y[None, :]  # [n, m]
+    return float(np.mean((diff > 0) + 0.5 * (diff == 0)))
+
+
+def _poi_batched(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """x: [R, n], y: [R, m] -> [R] probability of improvement per resample."""
+    diff = x[:, :, None] - y[:, None, :]  # [R, n, m]
+    return np.mean((diff > 0) + 0.5 * (diff == 0), axis=(1, 2))
+
+
+def probability_of_improvement_ci(
+    x_strata: Sequence[np.ndarray],
+    y_strata: Sequence[np.ndarray],
+    *,
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> Interval:
+    """Average over strata (environments) of P(X_env > Y_env), with a stratified bootstrap CI.
+
+    ``x_strata[k]`` and ``y_strata[k]`` are the per-run scores of the two algorithms in
+    stratum ``k``; each group is resampled independently within each stratum.
+    """
+    xs, ys = _as_strata(x_strata), _as_strata(y_strata)
+    if len(xs) != len(ys):
+        raise ValueError(f"probability_of_improvement_ci: {len(xs)} strata for X but {len(ys)} for Y")
+    estimate = float(np.mean([probability_of_improvement(x, y) for x, y in zip(xs, ys, strict=True)]))
+    rng = np.random.default_rng(seed)
+    per_stratum = []
+    for x, y in zip(xs, ys, strict=True):
+        xb = x[rng.integers(0, x.size, size=(resamples, x.size))]
+        yb = y[rng.integers(0, y.size, size=(resamples, y.size))]
+        per_stratum.append(_poi_batched(xb, yb))
+    boot = np.mean(per_stratum, axis=0)  # [R]
+    alpha = (1.0 - confidence) / 2.0
+    low, high = np.quantile(boot, [alpha, 1.0 - alpha])
+    return Interval(estimate, float(low), float(high))
+
+
+# --------------------------------------------------------------------------- curve summaries
+
+
+def _check_curve(steps: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    steps = np.asarray(steps, dtype=float)
+    values = np.asarray(values, dtype=float)
+    if steps.shape != values.shape or steps.ndim != 1:
+        raise ValueError(f"curve: steps {steps.shape} and values {values.shape} must be equal 1-D shapes")
+    if steps.size == 0:
+        raise ValueError("curve: no points")
+    if np.any(np.diff(steps) < 0):
+        raise ValueError("curve: steps must be sorted ascending")
+    return steps, values
+
+
+def value_at_budget(steps: np.ndarray, values: np.ndarray, budget: float) -> float:
+    """The last evaluation at or before ``budget`` env steps; NaN if the run has none.
+
+    Reading the last point (not an interpolation) means the number is one the run really
+    measured with at most ``budget`` steps of experience.
+    """
+    steps, values = _check_curve(steps, values)
+    idx = np.searchsorted(steps, budget, side="right") - 1
+    return float(values[idx]) if idx >= 0 else float("nan")
+
+
+def area_under_curve(steps: np.ndarray, values: np.ndarray, until: float | None = None) -> float:
+    """Normalised area under the curve: trapezoid integral / step range (= the curve's mean level).
+
+    With ``until`` the curve is cut (linearly interpolated) at that step, so runs of different
+    lengths are compared over the same range. A single point returns its value.
+    """
+    steps, values = _check_curve(steps, values)
+    if until is not None:
+        if until <= steps[0]:
+            return float(values[0])
+        if until < steps[-1]:
+            cut = float(np.interp(until, steps, values))
+            keep = steps < until
+            steps, values = np.append(steps[keep], until), np.append(values[keep], cut)
+    if steps.size == 1 or steps[-1] == steps[0]:
+        return float(values[-1])
+    return float(np.trapezoid(values, steps) / (steps[-1] - steps[0]))
+
+
+def steps_to_threshold(steps: np.ndarray, values: np.ndarray, threshold: float) -> float:
+    """First evaluation step at which the value reaches ``threshold``; NaN if it never does."""
+    steps, values = _check_curve(steps, values)
+    hit = np.flatnonzero(values >= threshold)
+    return float(steps[hit[0]]) if hit.size else float("nan")
+
+
+def cumulative_success_window(
+    episode_end_steps: np.ndarray, successes: np.ndarray, center: float, half_width: float
+) -> float:
+    """The original prototype's metric: median of the *cumulative training* success rate
+    (successes so far / episodes so far, updated at each episode end) over the episodes that
+    end within ``center ± half_width`` env steps. NaN if no episode ends in the window.
+    """
+    steps = np.asarray(episode_end_steps, dtype=float)
+    success = np.asarray(successes, dtype=float)
+    if steps.shape != success.shape or steps.ndim != 1:
+        raise ValueError("cumulative_success_window: steps and successes must be equal 1-D shapes")
+    if half_width < 0:
+        raise ValueError(f"cumulative_success_window: half_width must be >= 0, got {half_width}")
+    order = np.argsort(steps, kind="stable")
+    steps, success = steps[order], success[order]
+    cumulative = np.cumsum(success) / np.arange(1, success.size + 1)
+    inside = (steps >= center - half_width) & (steps <= center + half_width)
+    return float(np.median(cumulative[inside])) if inside.any() else float("nan")
+
+
+# --------------------------------------------------------------------------- Crafter
+
+
+def crafter_score(success_rates: np.ndarray) -> float:
+    """Crafter score in percent: exp(mean ln(1 + s_i)) - 1 with s_i the 22 achievement success
+    rates in percent (Hafner 2021). ``success_rates`` are rates in [0, 1]."""
+    rates = np.asarray(success_rates, dtype=float).ravel()
+    if rates.size == 0:
+        raise ValueError("crafter_score: no achievement rates")
+    if np.any((rates < 0) | (rates > 1)) or not np.all(np.isfinite(rates)):
+        raise ValueError("crafter_score: achievement success rates must be finite and in [0, 1]")
+    return float(np.exp(np.mean(np.log1p(100.0 * rates))) - 1.0)

@@ -1,0 +1,304 @@
+"""Statistics, tables, figures and paper macros on synthetic run directories with known answers."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from lore.analysis import stats as st
+from lore.analysis.aggregate import AnalysisSettings, Tables, aggregate
+from lore.analysis.cli import main as analysis_main
+from lore.analysis.latex import fmt_ci, fmt_rate, fmt_steps
+from lore.analysis.paper import macros_tex, write_generated
+from lore.analysis.runs import RunDataError, load_run, load_runs
+from lore.analysis.synthetic import SyntheticRun, achievement_names, run_dir_for, write_grid, write_run
+
+ENV = "MiniGrid-DoorKey-5x5-v0"
+
+# --------------------------------------------------------------------------- pure statistics
+
+
+def test_iqm_trims_a_quarter_from_each_end():
+    values = np.array([100.0, 1, 2, 3, 4, 5, 6, -100])  # 8 values: drop 2 lowest and 2 highest
+    assert st.iqm(values) == pytest.approx(np.mean([2, 3, 4, 5]))
+    # Fewer than 4 runs: nothing to trim, the IQM is the mean (scipy / rliable convention).
+    assert st.iqm(np.array([0.0, 0.0, 3.0])) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="no values"):
+        st.iqm(np.array([]))
+
+
+def test_bootstrap_resamples_within_strata():
+    # Stratum A always 0 (3 runs), stratum B always 1 (1 run): every stratified resample pools
+    # three 0s and one 1, so the CI of the mean collapses to 0.25. A pooled (unstratified)
+    # bootstrap would draw the 1 zero to four times and give a wide interval.
+    ci = st.stratified_bootstrap_ci([np.zeros(3), np.ones(1)], "mean", resamples=500)
+    assert (ci.estimate, ci.low, ci.high) == pytest.approx((0.25, 0.25, 0.25))
+    pooled = st.stratified_bootstrap_ci(np.array([0.0, 0, 0, 1]), "mean", resamples=500)
+    assert pooled.high - pooled.low > 0.4
+
+
+def test_bootstrap_ci_covers_the_true_mean_about_95_percent_of_the_time():
+    rng = np.random.default_rng(123)
+    trials, covered = 300, 0
+    for i in range(trials):
+        sample = rng.normal(0.5, 0.2, size=20)
+        ci = st.stratified_bootstrap_ci(sample, "mean", resamples=1000, seed=i)
+        covered += ci.low <= 0.5 <= ci.high
+    # Percentile bootstrap under-covers a little with 20 samples (about 0.93); a broken CI
+    # (e.g. reusing the same resample, or a 50% interval) lands far outside this band.
+    assert 0.88 <= covered / trials <= 0.99
+
+
+def test_bootstrap_rejects_bad_input():
+    with pytest.raises(ValueError, match="finite"):
+        st.stratified_bootstrap_ci(np.array([0.1, np.nan]))
+    with pytest.raises(ValueError, match="at least one value"):
+        st.stratified_bootstrap_ci([np.array([1.0]), np.array([])])
+    with pytest.raises(ValueError, match="confidence"):
+        st.stratified_bootstrap_ci(np.array([1.0, 2.0]), confidence=1.5)
+
+
+def test_probability_of_improvement_known_values():
+    assert st.probability_of_improvement([1, 2, 3], [0, 0, 0]) == 1.0
+    assert st.probability_of_improvement([0, 0], [1, 1]) == 0.0
+    assert st.probability_of_improvement([1, 1], [1, 1]) == 0.5  # ties count half
+    # pairs: (2>1) (2<3) (0<1) (0<3) -> 1/4
+    assert st.probability_of_improvement([2, 0], [1, 3]) == pytest.approx(0.25)
+
+
+def test_probability_of_improvement_averages_over_strata():
+    ci = st.probability_of_improvement_ci([np.ones(4), np.zeros(4)], [np.zeros(4), np.ones(4)], resamples=200)
+    assert ci.estimate == pytest.approx(0.5)  # wins everywhere in env 1, loses everywhere in env 2
+    assert (ci.low, ci.high) == pytest.approx((0.5, 0.5))
+    with pytest.raises(ValueError, match="strata"):
+        st.probability_of_improvement_ci([np.ones(2)], [np.ones(2), np.ones(2)])
+
+
+def test_curve_summaries():
+    steps = np.array([0, 1000, 2000, 3000])
+    sr = np.array([0.0, 0.5, 0.95, 0.9])
+    assert st.value_at_budget(steps, sr, 2500) == 0.95  # last point at or before the budget
+    assert math.isnan(st.value_at_budget(steps[1:], sr[1:], 500))
+    assert st.steps_to_threshold(steps, sr, 0.9) == 2000
+    assert math.isnan(st.steps_to_threshold(steps, sr, 0.99))
+    # trapezoid: (0.25 + 0.725 + 0.925) * 1000 / 3000
+    assert st.area_under_curve(steps, sr) == pytest.approx((0.25 + 0.725 + 0.925) / 3)
+    assert st.area_under_curve(steps, sr, until=1000) == pytest.approx(0.25)
+    with pytest.raises(ValueError, match="sorted"):
+        st.area_under_curve(np.array([2, 1]), np.array([0.0, 1.0]))
+
+
+def test_window_metric_is_the_cumulative_training_success_median():
+    # Episodes end at these steps; successes 1,0,0,1,0,1 -> cumulative 1, .5, .333, .5, .4, .5
+    ends = np.array([100, 200, 9760, 9900, 10200, 10300])
+    success = np.array([1, 0, 0, 1, 0, 1])
+    # Window 10000 ± 250 holds episodes ending at 9760, 9900, 10200 -> median(.333, .5, .4) = .4
+    assert st.cumulative_success_window(ends, success, 10_000, 250) == pytest.approx(0.4)
+    assert math.isnan(st.cumulative_success_window(ends, success, 50_000, 250))
+
+
+def test_crafter_score_formula():
+    assert st.crafter_score(np.zeros(22)) == pytest.approx(0.0)
+    assert st.crafter_score(np.ones(22)) == pytest.approx(100.0)
+    # Half the achievements always, half never: exp(mean(ln 101, ln 1)) - 1 = sqrt(101) - 1
+    assert st.crafter_score(np.r_[np.ones(11), np.zeros(11)]) == pytest.approx(math.sqrt(101) - 1)
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        st.crafter_score(np.array([50.0]))  # percentages are not rates
+
+
+# --------------------------------------------------------------------------- run directories
+
+
+def _exact_run(root, ablation, seed, sr, **kw):
+    spec = SyntheticRun(env=ENV, ablation=ablation, seed=seed, steps=1000 * (len(sr) - 1), eval_every=1000,
+                        eval_sr=sr, log_every=500, **kw)
+    return write_run(run_dir_for(root, ENV, ablation, seed), spec)
+
+
+@pytest.fixture()
+def known_grid(tmp_path):
+    """rl_only and full, 4 seeds each, with exactly known eval curves (steps 0..4000)."""
+    curves = {
+        "rl_only": [[0, 0.1, 0.2, 0.5, 0.8], [0, 0.0, 0.3, 0.6, 0.9], [0, 0.1, 0.1, 0.4, 0.7], [0, 0, 0, 0.2, 0.6]],
+        "full": [[0, 0.5, 0.9, 1.0, 1.0], [0, 0.4, 0.8, 0.9, 1.0], [0, 0.6, 0.9, 1.0, 1.0], [0, 0.3, 0.7, 0.9, 0.95]],
+    }
+    paths = [_exact_run(tmp_path / "runs", a, s, c) for a, cs in curves.items() for s, c in enumerate(cs)]
+    return paths, curves
+
+
+SETTINGS = AnalysisSettings(budgets=(2000, 4000, 8000), threshold=0.9, window_center=2000,
+                            window_half_width=250, resamples=500)
+
+
+def _stat(tables, ablation, metric, field="iqm", env=ENV):
+    s = tables.stats
+    row = s[(s["env"] == env) & (s["ablation"] == ablation) & (s["metric"] == metric)]
+    assert len(row) == 1, f"no {ablation}/{metric} row"
+    return float(row.iloc[0][field])
+
+
+def test_aggregate_reproduces_known_answers(known_grid):
+    paths, curves = known_grid
+    tables = aggregate(load_runs(paths), SETTINGS)
+    assert len(tables.runs) == 8 and tables.runs["complete"].all()
+    assert len(tables.eval_points) == 8 * 5
+    for ablation, cs in curves.items():
+        at_2k = np.array([c[2] for c in cs])
+        final = np.array([c[-1] for c in cs])
+        assert _stat(tables, ablation, "sr@2000") == pytest.approx(st.iqm(at_2k))
+        assert _stat(tables, ablation, "sr@2000", "mean") == pytest.approx(at_2k.mean())
+        assert _stat(tables, ablation, "final_sr") == pytest.approx(st.iqm(final))
+        low, high = _stat(tables, ablation, "final_sr", "iqm_low"), _stat(tables, ablation, "final_sr", "iqm_high")
+        assert final.min() <= low <= st.iqm(final) <= high <= final.max()
+    # The 8000-step budget lies beyond every run: no value rather than the last point.
+    assert not (tables.stats["metric"] == "sr@8000").any()
+    # full reaches 0.9 at 2000, 3000, 2000, 3000 steps; rl_only only seed 1 (at 4000).
+    assert _stat(tables, "full", "steps_to_threshold", "median") == 2500
+    assert _stat(tables, "rl_only", "reached_threshold", "mean") == pytest.approx(0.25)
+    # Every full run beats every rl_only run at 2k steps.
+    imp = tables.improvement
+    row = imp[(imp["ablation"] == "full") & (imp["metric"] == "sr@2000")].iloc[0]
+    assert (row["p_improve"], row["low"], row["high"]) == pytest.approx((1.0, 1.0, 1.0))
+    assert row["baseline"] == "rl_only"
+    # LLM calls come from the ledger (cache misses) for full and are zero for rl_only.
+    assert _stat(tables, "rl_only", "llm_calls", "mean") == 0
+    assert _stat(tables, "full", "llm_calls", "mean") > 0
+
+
+def test_llm_calls_counted_from_the_ledger(tmp_path):
+    path = _exact_run(tmp_path, "full", 0, [0, 0.5])
+    lines = [{"env_step": 1, "ok": True, "cache_hit": False, "failure": None},
+             {"env_step": 2, "ok": True, "cache_hit": True, "failure": None},
+             {"env_step": 3, "ok": False, "cache_hit": False, "failure": "timeout"}]
+    (path / "llm_calls.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n{\"env_st")  # torn tail
+    tables = aggregate([load_run(path)], SETTINGS)
+    row = tables.runs.iloc[0]
+    assert (row["llm_calls"], row["llm_cache_hits"], row["llm_failures"]) == (2, 1, 1)
+
+
+def test_window_metric_from_episodes(tmp_path):
+    path = _exact_run(tmp_path, "rl_only", 0, [0, 0, 0.1], train_success=[1, 0, 0, 1, 0],
+                      episode_steps=[100, 1700, 1800, 2100, 2300])
+    tables = aggregate([load_run(path)], SETTINGS)  # window 2000 ± 250: cumulative .333, .5 -> median .4167
+    assert tables.runs.iloc[0]["train_sr_window"] == pytest.approx((1 / 3 + 0.5) / 2)
+
+
+def test_crafter_runs_get_score_and_achievement_table(tmp_path):
+    names = achievement_names()
+    assert len(names) == 22
+    rates = np.linspace(0, 1, 22)
+    paths = [write_run(run_dir_for(tmp_path, "crafter", "rl_only", s),
+                       SyntheticRun(env="crafter", ablation="rl_only", seed=s, steps=2000, eval_every=1000,
+                                    achievement_rates=rates)) for s in range(2)]
+    tables = aggregate(load_runs(paths), SETTINGS)
+    assert _stat(tables, "rl_only", "crafter_score", "mean", env="crafter") == pytest.approx(st.crafter_score(rates))
+    ach = tables.achievements
+    assert len(ach) == 22 and set(ach["achievement"]) == set(names)
+    assert ach.set_index("achievement").loc[names[-1], "rate"] == pytest.approx(1.0)
+
+
+def test_pooled_rows_use_every_environment(tmp_path):
+    paths = write_grid(tmp_path, [ENV, "crafter"], ["rl_only", "full"], [0, 1], steps=2000, eval_every=1000)
+    tables = aggregate(load_runs(paths), SETTINGS)
+    pooled = tables.stats[(tables.stats["env"] == "all") & (tables.stats["metric"] == "final_sr")]
+    assert set(pooled["ablation"]) == {"rl_only", "full"} and (pooled["n"] == 4).all()
+    assert ((tables.improvement["env"] == "all") & (tables.improvement["ablation"] == "full")).any()
+
+
+def test_incomplete_and_broken_runs(tmp_path):
+    spec = SyntheticRun(env=ENV, ablation="gate", seed=3, steps=4000, eval_every=1000, complete=False)
+    run = load_run(write_run(tmp_path / "r", spec))
+    assert not run.complete and len(run.eval) < 5
+    with pytest.raises(RunDataError, match="eval.csv"):
+        load_run(_no_eval(tmp_path))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(RunDataError, match="cannot tell env/ablation/seed"):
+        load_run(tmp_path / "empty")
+    bad = write_run(tmp_path / "bad", SyntheticRun(env=ENV, seed=1, steps=1000, eval_every=500))
+    pd.DataFrame({"env_step": [0], "return_mean": [0.0]}).to_csv(bad / "eval.csv", index=False)
+    with pytest.raises(RunDataError, match="success_rate"):
+        load_run(bad)
+    twin = write_run(tmp_path / "twin", SyntheticRun(env=ENV, seed=1, steps=1000, eval_every=500))
+    ok = write_run(tmp_path / "ok", SyntheticRun(env=ENV, seed=1, steps=1000, eval_every=500))
+    with pytest.raises(RunDataError, match="two run directories"):
+        load_runs([twin, ok])
+
+
+def _no_eval(tmp_path):
+    path = write_run(tmp_path / "noeval", SyntheticRun(env=ENV, seed=0, steps=1000, eval_every=500))
+    (path / "eval.csv").unlink()
+    return path
+
+
+def test_settings_validation_names_the_field():
+    with pytest.raises(ValueError, match="analysis.budgets"):
+        AnalysisSettings(budgets=(0,))
+    with pytest.raises(ValueError, match="analysis: unknown key"):
+        AnalysisSettings.from_mapping({"budget": [1]})
+    with pytest.raises(ValueError, match="analysis.threshold"):
+        AnalysisSettings.from_mapping({"threshold": 2})
+
+
+# --------------------------------------------------------------------------- outputs
+
+
+def test_formatters():
+    assert fmt_rate(0.456) == "0.46" and fmt_rate(float("nan")) == "--"
+    assert fmt_steps(6000) == "6k" and fmt_steps(12500) == "12.5k" and fmt_steps(750) == "750"
+    assert fmt_steps(1_000_000) == "1M"
+    assert fmt_ci(0.5, 0.25, 0.75) == "0.50 [0.25, 0.75]"
+
+
+def test_latex_tables_and_macros_carry_the_statistics(known_grid, tmp_path):
+    paths, _ = known_grid
+    tables = aggregate(load_runs(paths), SETTINGS)
+    written = write_generated(tables, SETTINGS, tmp_path / "gen", envs_order=[ENV])
+    names = {p.name for p in written}
+    assert {"macros.tex", "sr_table.tex", "efficiency_table.tex", "ablation_table.tex"} <= names
+    sr_table = (tmp_path / "gen" / "sr_table.tex").read_text()
+    full_iqm = fmt_rate(_stat(tables, "full", "sr@2000"))
+    assert f"{full_iqm}" in sr_table and r"\texttt{rl\_only}" in sr_table
+    macros = macros_tex(tables, SETTINGS, [ENV])
+    assert r"\lore@set{primary/full/sr@2000/iqm}{" + full_iqm + "}" in macros
+    # The headline sentence quotes the same numbers the table has.
+    headline = next(line for line in macros.splitlines() if line.startswith(r"\newcommand{\loreHeadline}"))
+    assert full_iqm in headline and "2k environment steps" in headline
+    assert r"\lorecrafterfalse" in macros
+    # Goals: the runs stop at 4k, so the 50k / 10k goals are reported as not tested, not as met.
+    assert "not tested" in macros
+
+
+def test_tables_round_trip_through_csv(known_grid, tmp_path):
+    paths, _ = known_grid
+    tables = aggregate(load_runs(paths), SETTINGS)
+    tables.write_csv(tmp_path / "t")
+    again = Tables.read_csv(tmp_path / "t")
+    pd.testing.assert_frame_equal(again.stats[["env", "ablation", "metric"]], tables.stats[["env", "ablation", "metric"]])
+
+
+def test_cli_aggregate_figures_and_macros(known_grid, tmp_path, capsys):
+    paths, _ = known_grid
+    runs_root = paths[0].parents[2]
+    out = tmp_path / "tables"
+    assert analysis_main(["aggregate", "--runs-root", str(runs_root), "--out", str(out),
+                          "--budgets", "2000", "4000", "--resamples", "200"]) == 0
+    assert (out / "stats.csv").is_file() and (out / "sr_table.tex").is_file()
+    figs = tmp_path / "figs"
+    assert analysis_main(["figures", "--runs-root", str(runs_root), "--tables", str(out), "--out", str(figs),
+                          "--budgets", "2000", "4000", "--resamples", "200"]) == 0
+    for name in ("fig1_success", "prior_dynamics", "kl_traces", "iqm_intervals", "p_improvement",
+                 "crafter_achievements"):
+        for ext in ("png", "pdf"):
+            assert (figs / f"{name}.{ext}").stat().st_size > 1000, f"{name}.{ext} is empty"
+    assert analysis_main(["paper-macros", "--tables", str(out), "--out", str(tmp_path / "gen")]) == 0
+    assert (tmp_path / "gen" / "macros.tex").read_text().count(r"\lore@set") > 50
+    capsys.readouterr()
+    # Bad input: exit status 2 and a message naming the problem.
+    assert analysis_main(["aggregate", "--runs-root", str(tmp_path / "nowhere")]) == 2
+    assert "runs root does not exist" in capsys.readouterr().err
+    assert analysis_main(["aggregate", str(runs_root), "--env-budget", "crafter"]) == 2
+    assert "--env-budget" in capsys.readouterr().err

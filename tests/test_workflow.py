@@ -1,0 +1,269 @@
+"""The Snakemake workflow: config validation, the planned DAG, and (slow) end-to-end runs.
+
+Every Snakemake call runs with ``--directory <tmp>`` so the checkout's results/ stay untouched.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from workflow_helpers import (
+    CONFIG_DIR,
+    have_latex,
+    job_counts,
+    job_env,
+    pdf_text,
+    run_snakemake,
+    snakemake_cmd,
+    write_config,
+)
+
+from lore.analysis.grid import (
+    CRAFTER_ENV_NAMES,
+    GridError,
+    check_workflow_config,
+    run_overrides,
+    train_command_args,
+)
+
+TEST_CONFIG = CONFIG_DIR / "test.yaml"
+
+
+def _config(name: str = "test.yaml") -> dict:
+    return yaml.safe_load((CONFIG_DIR / name).read_text())
+
+
+# --------------------------------------------------------------------------- config checks (fast)
+
+
+def test_crafter_names_match_the_environment_package():
+    from lore.envs.crafter import CRAFTER_NAMES
+
+    assert set(CRAFTER_ENV_NAMES) == set(CRAFTER_NAMES)
+
+
+@pytest.mark.parametrize("name", ["config.yaml", "paper.yaml", "test.yaml"])
+def test_shipped_configs_are_valid(name):
+    config = _config(name)
+    jobs = check_workflow_config(config, environ={})
+    assert len(jobs) == len(config["envs"]) * len(config["ablations"]) * len(config["seeds"])
+    assert len({j.run_dir for j in jobs}) == len(jobs)
+
+
+def test_paper_grid_covers_every_ablation_and_advisor_arm():
+    from lore.ablations import ABLATIONS
+
+    config = _config("paper.yaml")
+    assert set(config["ablations"]) == set(ABLATIONS)
+    assert {"full", "full_noisy", "full_adversarial"} <= set(config["ablations"])
+    assert len(config["seeds"]) >= 5 and set(config["envs"]) == {"MiniGrid-DoorKey-5x5-v0", "crafter"}
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"ablations": ["rl_only", "fulll"]}, "ablations[1]: unknown ablation 'fulll'"),
+        ({"envs": ["MiniGrid-DoorKey-5x6-v0"]}, "envs[0]: unknown environment"),
+        ({"seeds": []}, "seeds: must be a non-empty list"),
+        ({"seeds": [0, "one"]}, "seeds[1]: expected a non-negative integer"),
+        ({"seeds": [1, 1]}, "seeds[1]: 1 is listed twice"),
+        ({"run": {"train.steps": "lots"}}, "run: train.steps: expected an integer"),
+        ({"run": {"train.stepz": 5}}, "unknown config key 'train.stepz'"),
+        ({"run": {"seed": 3}}, "run.seed: set by the workflow"),
+        ({"env_run": {"MiniGrid-DoorKey-5x5-v0": {"llm.backend": "none"}}}, "env_run.MiniGrid-DoorKey-5x5-v0.llm.backend"),
+        ({"analysis": {"budgets": [0]}}, "analysis.budgets"),
+        ({"llm_backend": "gemini"}, "GEMINI_API_KEY"),
+    ],
+)
+def test_invalid_config_names_the_field(change, field):
+    config = {**_config(), **change}
+    with pytest.raises(GridError) as err:
+        check_workflow_config(config, environ={})
+    assert field in str(err.value)
+
+
+def test_gemini_backend_accepted_with_a_key_and_never_applied_to_rl_only():
+    config = {**_config(), "llm_backend": "gemini"}
+    check_workflow_config(config, environ={"GEMINI_API_KEY": "test-key"})
+    assert run_overrides(config, "MiniGrid-DoorKey-5x5-v0", "full")["llm.backend"] == "gemini"
+    assert "llm.backend" not in run_overrides(config, "MiniGrid-DoorKey-5x5-v0", "rl_only")
+
+
+def test_train_arguments_resolve_to_the_configured_run():
+    from lore.cli import _config_from_args, build_parser
+
+    config = _config("paper.yaml")
+    args = train_command_args(config, "crafter", "full_noisy", 4)
+    parsed = build_parser().parse_args(["train", "--run-dir", "x", *__import__("shlex").split(args)])
+    cfg = _config_from_args(parsed)
+    assert (cfg.env.name, cfg.ablation, cfg.seed) == ("crafter", "full_noisy", 4)
+    assert cfg.train.steps == config["env_run"]["crafter"]["train.steps"]
+    assert cfg.advisor.mode == "noisy" and cfg.model.preset == "m"
+
+
+# --------------------------------------------------------------------------- Snakemake (seconds)
+
+
+def test_paper_grid_dry_run_plans_every_training_job(tmp_path):
+    config = _config("paper.yaml")
+    start = time.perf_counter()
+    proc = run_snakemake(tmp_path, "-n", configfile=CONFIG_DIR / "paper.yaml", timeout=120)
+    elapsed = time.perf_counter() - start
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    counts = job_counts(proc.stdout + proc.stderr)
+    n_runs = len(config["envs"]) * len(config["ablations"]) * len(config["seeds"])
+    assert n_runs == 120
+    assert counts == {"train": n_runs, "aggregate": 1, "figures": 1, "paper_macros": 1, "paper": 1, "all": 1,
+                      "total": n_runs + 5}
+    assert elapsed < 60, f"dry run took {elapsed:.1f} s"
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"ablations": ["rl_only", "bogus"]}, "ablations[1]: unknown ablation 'bogus'"),
+        ({"seeds": []}, "instance['seeds']"),
+        ({"seeds": [0, "one"]}, "instance['seeds'][1]"),
+        ({"envs": ["MiniGrid-NoSuchEnv-v0"]}, "envs[0]: unknown environment 'MiniGrid-NoSuchEnv-v0'"),
+        ({"run": {"train.steps": "lots"}}, "train.steps: expected an integer"),
+    ],
+)
+def test_snakemake_rejects_invalid_config_before_any_job(tmp_path, change, message):
+    configfile = write_config(tmp_path / "bad.yaml", **change)
+    workdir = tmp_path / "work"
+    proc = run_snakemake(workdir, "--cores", "1", configfile=configfile, timeout=120)
+    assert proc.returncode != 0
+    assert message in proc.stdout + proc.stderr
+    assert not (workdir / "results").exists(), "a job ran despite the invalid config"
+
+
+def test_workflow_lint_is_clean(tmp_path):
+    proc = run_snakemake(tmp_path, "--lint", configfile=TEST_CONFIG, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+
+
+# --------------------------------------------------------------------------- end to end (minutes)
+
+
+def _stats_numbers(stats_csv: Path) -> list[str]:
+    """Formatted IQM values of the statistics table, as the paper prints them."""
+    from lore.analysis.latex import formatter_for
+
+    stats = pd.read_csv(stats_csv)
+    numbers = []
+    for row in stats.itertuples():
+        if row.metric == "final_sr" or row.metric.startswith("sr@"):
+            if not math.isnan(row.iqm):
+                numbers.append(formatter_for(row.metric)(row.iqm))
+    return numbers
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not have_latex(), reason="needs pdflatex and pdftotext (run .ci/install-system.sh)")
+def test_test_config_runs_end_to_end(tmp_path):
+    config = _config()
+    proc = run_snakemake(tmp_path, "--cores", "2", configfile=TEST_CONFIG, timeout=1500)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    runs = tmp_path / "results" / "runs" / config["envs"][0]
+    for ablation in config["ablations"]:
+        for seed in config["seeds"]:
+            run = runs / ablation / f"seed{seed}"
+            assert (run / "done").is_file() and (run / "eval.csv").is_file()
+            assert (tmp_path / "results" / "benchmarks" / "train" / config["envs"][0] / ablation
+                    / f"seed{seed}.tsv").is_file()
+    stats = tmp_path / "results" / "tables" / "stats.csv"
+    assert stats.is_file() and (tmp_path / "results" / "tables" / "sr_table.tex").is_file()
+    for name in ("fig1_success", "prior_dynamics", "kl_traces", "iqm_intervals", "p_improvement"):
+        assert (tmp_path / "results" / "figures" / f"{name}.png").stat().st_size > 1000
+    pdf = tmp_path / "results" / "paper" / "lore.pdf"
+    assert pdf.is_file()
+    text = pdf_text(pdf)
+    numbers = _stats_numbers(stats)
+    assert numbers, "no success-rate statistics in stats.csv"
+    missing = [n for n in set(numbers) if n not in text]
+    assert not missing, f"numbers from stats.csv not in the PDF: {missing}"
+    assert "??" not in text, "an undefined statistic macro reached the PDF"
+    # Re-running is a no-op; the HTML report builds from the finished run.
+    again = run_snakemake(tmp_path, "--cores", "1", "-n", configfile=TEST_CONFIG, timeout=120)
+    assert "Nothing to be done" in again.stdout + again.stderr
+    report = run_snakemake(tmp_path, "--report", "results/report.html", configfile=TEST_CONFIG, timeout=300)
+    assert report.returncode == 0, report.stderr[-3000:]
+    assert (tmp_path / "results" / "report.html").stat().st_size > 10_000
+
+
+def _processes_in_group(pgid: int) -> dict[int, str]:
+    """{pid: command line} of the live processes in a process group (from /proc)."""
+    out = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()  # after "(comm)": state, ppid, pgrp, ...
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            out[int(entry.name)] = cmdline
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the training process through /proc (Linux)")
+def test_killed_training_job_resumes_from_its_checkpoint(tmp_path):
+    """SIGKILL the `lore train` process of a job once it has a checkpoint (what preemption or a
+    node failure does to a job); the workflow reports the failure, and re-running it resumes the
+    run from its checkpoint instead of starting over, and produces every output."""
+    config = _config()
+    config.update(ablations=["rl_only"], seeds=[0], paper=False)
+    configfile = tmp_path / "preempt.yaml"
+    configfile.write_text(yaml.safe_dump(config))
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    run_dir = workdir / "results" / "runs" / config["envs"][0] / "rl_only" / "seed0"
+    with open(tmp_path / "first.log", "w") as log:
+        proc = subprocess.Popen(snakemake_cmd(workdir, "--cores", "1", configfile=configfile), stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True, env=job_env())
+        try:
+            deadline = time.time() + 900
+            while time.time() < deadline and not (run_dir / "checkpoint.pt").is_file():
+                assert proc.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
+                time.sleep(0.2)
+            assert (run_dir / "checkpoint.pt").is_file(), "no checkpoint appeared"
+            trainers = [pid for pid, cmd in _processes_in_group(proc.pid).items()
+                        if " train " in cmd and str(run_dir.relative_to(workdir)) in cmd
+                        and "python" in cmd.split()[0]]  # the Python process, not its bash wrapper
+            assert len(trainers) == 1, _processes_in_group(proc.pid)
+            os.kill(trainers[0], signal.SIGKILL)
+            assert proc.wait(timeout=300) != 0, "the workflow did not notice the killed job"
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=30)
+    assert not (run_dir / "done").exists(), "the run finished before it could be killed; lower train.checkpoint_every"
+    from lore.train.checkpoint import load_checkpoint
+
+    step_at_kill = load_checkpoint(run_dir / "checkpoint.pt")["env_step"]
+    assert step_at_kill > 0
+    config_stamp = (run_dir / "config.yaml").stat().st_mtime_ns  # a fresh (non-resumed) start rewrites it
+
+    again = run_snakemake(workdir, "--cores", "1", "--rerun-incomplete", configfile=configfile, timeout=1500)
+    assert again.returncode == 0, again.stderr[-5000:]
+    assert (run_dir / "done").is_file()
+    assert (run_dir / "config.yaml").stat().st_mtime_ns == config_stamp, "the run started over instead of resuming"
+    eval_steps = pd.read_csv(run_dir / "eval.csv")["env_step"].tolist()
+    assert eval_steps == sorted(set(eval_steps)), f"duplicated eval rows after resume: {eval_steps}"
+    assert eval_steps[-1] == config["run"]["train.steps"]
+    episodes = pd.read_csv(run_dir / "episodes.csv")
+    assert episodes["episode"].is_unique, "episodes logged twice after resume"
+    for path in ("results/tables/stats.csv", "results/figures/fig1_success.png", "paper/generated/macros.tex"):
+        assert (workdir / path).is_file(), path

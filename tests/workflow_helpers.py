@@ -1,0 +1,274 @@
+"""Shared helpers for the workflow tests: running Snakemake in a scratch working directory,
+reading its dry-run plan, PDF text, and a single-node SLURM cluster for tests/test_slurm.py.
+
+The Snakefile stays in the repository; ``--directory`` points Snakemake at a temporary working
+directory, so results/, paper/generated/ and .snakemake/ of a test never touch the checkout.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+SNAKEFILE = REPO / "Snakefile"
+CONFIG_DIR = REPO / "config"
+VENV_BIN = Path(sys.executable).parent
+
+
+def snakemake_cmd(workdir: Path, *args: str, configfile: Path | None = None) -> list[str]:
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "--directory", str(workdir)]
+    if configfile is not None:
+        cmd += ["--configfile", str(configfile)]
+    return cmd + list(args)
+
+
+def job_env(extra: dict | None = None) -> dict:
+    """The test's environment with the venv's bin first on PATH (jobs call `lore`)."""
+    env = dict(os.environ)
+    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
+    env.setdefault("MPLBACKEND", "Agg")
+    env.update(extra or {})
+    return env
+
+
+def run_snakemake(workdir: Path, *args: str, configfile: Path | None = None, timeout: float = 600,
+                  env: dict | None = None) -> subprocess.CompletedProcess:
+    workdir.mkdir(parents=True, exist_ok=True)
+    return subprocess.run(snakemake_cmd(workdir, *args, configfile=configfile), capture_output=True, text=True,
+                          timeout=timeout, env=job_env(env))
+
+
+def write_config(path: Path, base: str = "test.yaml", **changes) -> Path:
+    """A copy of ``config/<base>`` with top-level keys replaced (``None`` deletes a key)."""
+    data = yaml.safe_load((CONFIG_DIR / base).read_text())
+    for key, value in changes.items():
+        if value is None:
+            data.pop(key, None)
+        else:
+            data[key] = value
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def job_counts(dry_run_output: str) -> dict[str, int]:
+    """Parse the "Job stats" table of a dry run into {rule: count}."""
+    counts: dict[str, int] = {}
+    lines = dry_run_output.splitlines()
+    try:
+        start = next(i for i, line in enumerate(lines) if line.strip() == "Job stats:")
+    except StopIteration:
+        raise AssertionError(f"no 'Job stats:' in the dry-run output:\n{dry_run_output[-2000:]}") from None
+    for line in lines[start + 3:]:
+        match = re.match(r"^(\S+)\s+(\d+)$", line.strip())
+        if not match:
+            break
+        counts[match.group(1)] = int(match.group(2))
+    return counts
+
+
+def pdf_text(path: Path) -> str:
+    return subprocess.run(["pdftotext", "-layout", str(path), "-"], capture_output=True, text=True,
+                          check=True).stdout
+
+
+def have_latex() -> bool:
+    return shutil.which("pdflatex") is not None and shutil.which("pdftotext") is not None
+
+
+# --------------------------------------------------------------------------- SLURM
+
+SLURM_DAEMONS = ("munged", "slurmctld", "slurmd")
+
+
+def slurm_unavailable_reason() -> str | None:
+    """Why this machine cannot start a single-node SLURM cluster (None if it can)."""
+    if not sys.platform.startswith("linux"):
+        return "SLURM needs Linux"
+    if os.geteuid() != 0:
+        return "starting slurmctld/slurmd/munged needs root (CI runs as root)"
+    missing = [b for b in ("slurmctld", "slurmd", "munged", "sbatch", "squeue", "sinfo") if not shutil.which(b)]
+    if missing:
+        return f"SLURM binaries missing: {', '.join(missing)} (run .ci/install-system.sh)"
+    return None
+
+
+class SlurmUnavailable(RuntimeError):
+    """This machine could run SLURM, but not a test cluster of ours (the message says why)."""
+
+
+CONF_MARKER = "# lore test cluster: written by tests/workflow_helpers.py"
+DEFAULT_CONF = Path("/etc/slurm/slurm.conf")
+
+
+class SlurmCluster:
+    """A one-node SLURM cluster on this machine, or the one already running.
+
+    ``start()`` reuses a cluster that answers ``sinfo``; otherwise it writes a config at the
+    default path (``/etc/slurm/slurm.conf``: job steps drop ``SLURM_CONF``, so srun inside a
+    job only finds the default), starts munged, slurmctld and slurmd as root and waits for the
+    node to be idle. ``stop()`` stops only the daemons this object started, by PID, and removes
+    the config only if it wrote it. A foreign config at the default path is never touched.
+    """
+
+    def __init__(self, root: Path = Path("/tmp/lore-slurm"), conf: Path = DEFAULT_CONF):
+        self.root = root
+        self.conf = conf
+        self.started: dict[str, int] = {}
+        self.wrote_conf = False
+        self.env: dict[str, str] = {}
+
+    # -- queries
+    def _answers(self) -> bool:
+        try:
+            proc = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=10)
+        except (subprocess.TimeoutExpired, OSError):
+            return False
+        states = proc.stdout.split()
+        return proc.returncode == 0 and any(s.rstrip("*~#") in ("idle", "mixed", "allocated") for s in states)
+
+    def start(self, timeout: float = 60) -> SlurmCluster:
+        if self.conf.exists() and self._answers():
+            return self  # reuse a running cluster; we started nothing, so stop() leaves it alone
+        if self.conf.exists() and CONF_MARKER not in self.conf.read_text():
+            raise SlurmUnavailable(f"{self.conf} exists (not written by these tests) and no cluster answers "
+                                   f"`sinfo`; start that cluster, or move the file away to let the test start one")
+        # A fresh state directory: jobs of an earlier test cluster must not come back.
+        shutil.rmtree(self.root / "state", ignore_errors=True)
+        self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            self._write_config()
+            self._start_munge()
+            self._spawn("slurmctld", ["slurmctld", "-D"])
+            self._wait(lambda: "UP" in subprocess.run(["scontrol", "ping"], capture_output=True,
+                                                      text=True).stdout,
+                       timeout, "slurmctld to answer `scontrol ping`")
+            self._spawn("slurmd", ["slurmd", "-D"])
+            self._wait(self._answers, timeout, "the node to become idle")
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        for name in ("slurmd", "slurmctld", "munged"):
+            pid = self.started.pop(name, None)
+            if pid is None:
+                continue
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                continue
+            deadline = time.time() + 15
+            while time.time() < deadline and _alive(pid):
+                time.sleep(0.2)
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+            try:
+                os.waitpid(pid, 0)  # reap our own children (munged is not one: it daemonises)
+            except ChildProcessError:
+                pass
+        if self.wrote_conf and self.conf.exists() and CONF_MARKER in self.conf.read_text():
+            self.conf.unlink()
+            self.wrote_conf = False
+
+    # -- internals
+    def _wait(self, ready, timeout: float, what: str) -> None:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if ready():
+                return
+            time.sleep(0.5)
+        logs = "\n".join(f"--- {p.name}\n{p.read_text()[-1500:]}" for p in self.root.glob("*.log"))
+        raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {what}\n{logs}")
+
+    def _spawn(self, name: str, cmd: list[str]) -> None:
+        log = open(self.root / f"{name}.log", "ab")  # noqa: SIM115 - owned by the daemon
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.started[name] = proc.pid
+        time.sleep(0.5)
+        if proc.poll() is not None:
+            raise RuntimeError(f"{name} exited at once ({proc.returncode}):\n"
+                               f"{(self.root / f'{name}.log').read_text()[-2000:]}")
+
+    def _start_munge(self) -> None:
+        socket_path = Path("/run/munge/munge.socket.2")
+        if socket_path.exists() and subprocess.run(["munge", "-n"], capture_output=True).returncode == 0:
+            return  # a munged is already running (someone else's: leave it)
+        key = Path("/etc/munge/munge.key")
+        if not key.exists():
+            subprocess.run(["mungekey", "--create"], check=True, capture_output=True)
+        for d in ("/run/munge", "/var/lib/munge", "/var/log/munge"):
+            Path(d).mkdir(parents=True, exist_ok=True)
+        pidfile = self.root / "munged.pid"
+        subprocess.run(["munged", "--force", f"--pid-file={pidfile}"], check=True, capture_output=True)
+        self.started["munged"] = int(pidfile.read_text().split()[0])
+
+    def _write_config(self) -> None:
+        host = socket.gethostname().split(".")[0]
+        cpus = os.cpu_count() or 1
+        mem_mb = _total_memory_mb()
+        for sub in ("state", "spool"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        self.conf.parent.mkdir(parents=True, exist_ok=True)
+        self.wrote_conf = True
+        self.conf.write_text("\n".join([
+            CONF_MARKER,
+            "ClusterName=loretest",
+            f"SlurmctldHost={host}",
+            "SlurmUser=root",
+            "SlurmdUser=root",
+            "AuthType=auth/munge",
+            "CredType=cred/munge",
+            f"StateSaveLocation={self.root / 'state'}",
+            f"SlurmdSpoolDir={self.root / 'spool'}",
+            f"SlurmctldPidFile={self.root / 'slurmctld.pid'}",
+            f"SlurmdPidFile={self.root / 'slurmd.pid'}",
+            f"SlurmctldLogFile={self.root / 'slurmctld-daemon.log'}",
+            f"SlurmdLogFile={self.root / 'slurmd-daemon.log'}",
+            "ProctrackType=proctrack/linuxproc",
+            "TaskPlugin=task/none",
+            "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_Core_Memory",
+            "SchedulerType=sched/backfill",
+            "AccountingStorageType=accounting_storage/none",
+            "JobAcctGatherType=jobacct_gather/none",
+            "JobCompType=jobcomp/none",
+            "MpiDefault=none",
+            "ReturnToService=2",
+            "MinJobAge=600",
+            "KillWait=30",
+            "SlurmctldTimeout=30",
+            "SlurmdTimeout=60",
+            f"NodeName={host} CPUs={cpus} RealMemory={mem_mb} State=UNKNOWN",
+            f"PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO",
+            "",
+        ]))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie child still "exists"; treat it as gone.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+def _total_memory_mb() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1]) // 1024 - 512  # leave room for the OS
+    return 2000

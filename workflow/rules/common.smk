@@ -1,0 +1,116 @@
+# Helpers shared by the rules: config validation, the training grid, resources, paths.
+import os
+import sys
+from pathlib import Path
+
+from snakemake.exceptions import WorkflowError
+from snakemake.utils import validate
+
+from lore.analysis.grid import (
+    GridError,
+    RUNS_ROOT,
+    analysis_args,
+    check_workflow_config,
+    env_resources,
+    quote_all,
+    train_command_args,
+)
+
+# Rules call `lore` and `python -m lore...`: make the interpreter running Snakemake (e.g. the
+# project's .venv) come first on PATH, so jobs find them without an activated environment.
+# A conda deployment (--sdm conda) activates its own environment inside the job, which wins.
+envvars:
+    "PATH",
+
+
+_BIN = str(Path(sys.executable).parent)
+_PATH = os.environ["PATH"]
+if _PATH.split(os.pathsep)[0] != _BIN:
+    os.environ["PATH"] = os.pathsep.join([_BIN, _PATH])
+
+# ---------------------------------------------------------------- validation (before any job)
+validate(config, "../schemas/config.schema.yaml")
+try:
+    TRAIN_JOBS = check_workflow_config(config)
+except GridError as e:
+    raise WorkflowError(f"invalid workflow config: {e}") from None
+
+ENVS = list(config["envs"])
+ABLATIONS_IN_GRID = list(config["ablations"])
+SEEDS = [int(s) for s in config["seeds"]]
+REPO = Path(workflow.basedir)
+
+RUN_DIR = os.path.join(RUNS_ROOT, "{env}", "{ablation}", "seed{seed}")
+TABLES = "results/tables"
+FIGURES_DIR = "results/figures"
+GENERATED = "paper/generated"
+PAPER_PDF = "results/paper/lore.pdf"
+
+TABLE_FILES = [f"{TABLES}/{name}.csv" for name in ("eval_points", "runs", "stats", "improvement", "achievements")]
+LATEX_TABLE_FILES = [f"{TABLES}/{name}.tex" for name in ("sr_table", "efficiency_table", "crafter_table", "ablation_table")]
+FIGURE_NAMES = ["fig1_success", "prior_dynamics", "kl_traces", "iqm_intervals", "p_improvement", "crafter_achievements"]
+GENERATED_FILES = [f"{GENERATED}/{name}.tex" for name in ("macros", "sr_table", "efficiency_table", "crafter_table", "ablation_table")]
+
+wildcard_constraints:
+    env="[A-Za-z0-9][A-Za-z0-9_.-]*",
+    ablation="[A-Za-z0-9_]+",
+    seed="[0-9]+",
+
+
+def done_files():
+    """The `done` marker of every run in the grid (the aggregation's inputs)."""
+    return [f"{job.run_dir}/done" for job in TRAIN_JOBS]
+
+
+def run_dirs():
+    return [job.run_dir for job in TRAIN_JOBS]
+
+
+def train_args(wildcards):
+    return train_command_args(config, wildcards.env, wildcards.ablation, int(wildcards.seed))
+
+
+def train_resource(name, default=None):
+    """A resource of the training rule from `resources.default` / `resources.<env>`.
+
+    mem_mb and runtime grow with the attempt number, so a job killed for exceeding them gets
+    more on its retry; runtime is in minutes.
+    """
+    def get(wildcards, attempt):
+        value = env_resources(config, wildcards.env).get(name, default)
+        if name in ("mem_mb", "runtime") and value is not None:
+            return int(value) * attempt
+        if name == "gpu" and not value:
+            return None  # no GPU resource at all for CPU runs (None drops the resource)
+        return value
+    return get
+
+
+def train_threads(wildcards):
+    return int(env_resources(config, wildcards.env)["threads"])
+
+
+def optional_train_resources():
+    """SLURM-only keys (partition, account, ...) that some env in the grid sets."""
+    keys = set()
+    for env in ENVS:
+        keys |= {k for k in env_resources(config, env) if k.startswith("slurm_") or k == "gpu_model"}
+    return sorted(keys)
+
+
+def analysis_flags():
+    return analysis_args(config)
+
+
+def folder_of(files):
+    """The folder of the first of ``files`` (params derived from inputs/outputs, not hardcoded)."""
+    return os.path.dirname(files[0])
+
+
+def all_targets():
+    targets = TABLE_FILES + LATEX_TABLE_FILES
+    targets += [f"{FIGURES_DIR}/{name}.{ext}" for name in FIGURE_NAMES for ext in ("png", "pdf")]
+    targets += GENERATED_FILES
+    if config.get("paper", True):
+        targets.append(PAPER_PDF)
+    return targets
