@@ -63,16 +63,17 @@ class _StopAt(Trainer):
             self._stop_signal = signal.SIGTERM
 
 
-@pytest.mark.parametrize("num_envs", [1, 2])
-def test_interrupted_and_resumed_run_matches_uninterrupted(tmp_path, num_envs):
+@pytest.mark.parametrize("num_envs, stop_at", [(1, 150), (2, 150), (1, 120)])
+def test_interrupted_and_resumed_run_matches_uninterrupted(tmp_path, num_envs, stop_at):
+    """150: mid-episode after prefill; 120: the signal lands during an evaluation, which is redone."""
     cfg = tiny_cfg(f"env.num_envs={num_envs}")
     straight = train(cfg, tmp_path / "straight", show_progress=False)
-    _StopAt.stop_at = 150  # after prefill and the first eval, mid-episode
+    _StopAt.stop_at = stop_at
     from lore.train.trainer import Preempted
 
     with pytest.raises(Preempted):
         _StopAt(cfg, tmp_path / "resumed", show_progress=False).run()
-    assert load_checkpoint(tmp_path / "resumed" / "checkpoint.pt")["env_step"] == 150
+    assert load_checkpoint(tmp_path / "resumed" / "checkpoint.pt")["env_step"] == stop_at
     assert not (tmp_path / "resumed" / "done").exists()
     resumed = train(cfg, tmp_path / "resumed", show_progress=False)
     assert resumed["env_step"] == straight["env_step"]

@@ -25,8 +25,11 @@ def crafter_score(rates_percent: list[float]) -> float:
 
 
 def evaluate_policy(agent, env, cfg: RunConfig, device: torch.device, eval_index: int,
-                    llm_inputs: Callable | None = None) -> dict:
-    """Run ``eval.episodes`` episodes; ``llm_inputs(env)`` supplies per-step features (no prior)."""
+                    llm_inputs: Callable | None = None, should_stop: Callable[[], bool] | None = None) -> dict | None:
+    """Run ``eval.episodes`` episodes; ``llm_inputs(env)`` supplies per-step features (no prior).
+
+    Returns None, leaving the agent untouched, when ``should_stop()`` turns true (preemption).
+    """
     episodes = cfg.eval.episodes
     returns, lengths, successes = [], [], []
     achievement_hits: dict[str, list[bool]] = {}
@@ -45,6 +48,9 @@ def evaluate_policy(agent, env, cfg: RunConfig, device: torch.device, eval_index
             is_first = torch.ones(1, dtype=torch.bool, device=device)
             total, length, done, success = 0.0, 0, False, 0.0
             while not done:
+                if should_stop is not None and should_stop():
+                    _restore(agent, generator_state, prior_state)
+                    return None
                 obs_t = {key: torch.as_tensor(np.asarray(v)[None], device=device) for key, v in obs.items()}
                 extra = llm_inputs(env) if llm_inputs is not None else None
                 out = agent.act(obs_t, is_first, state, extra, 0, sample=not cfg.eval.greedy)
@@ -61,10 +67,7 @@ def evaluate_policy(agent, env, cfg: RunConfig, device: torch.device, eval_index
             successes.append(success)
             for name, unlocked in (info.get("achievements") or {}).items():
                 achievement_hits.setdefault(name, []).append(bool(unlocked))
-    if generator_state is not None:
-        agent.generator.set_state(generator_state)
-    if prior_state is not None:
-        agent.prior.load_state_dict(prior_state)
+    _restore(agent, generator_state, prior_state)
     result = {
         "success_rate": float(np.mean(successes)),
         "return_mean": float(np.mean(returns)),
@@ -77,3 +80,10 @@ def evaluate_policy(agent, env, cfg: RunConfig, device: torch.device, eval_index
         result.update(rates)
         result["crafter_score"] = crafter_score([100.0 * r for r in rates.values()])
     return result
+
+
+def _restore(agent, generator_state, prior_state) -> None:
+    if generator_state is not None:
+        agent.generator.set_state(generator_state)
+    if prior_state is not None:
+        agent.prior.load_state_dict(prior_state)

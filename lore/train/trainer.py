@@ -15,6 +15,7 @@ import json
 import math
 import pickle
 import signal
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,6 +84,14 @@ def _flatten(d: dict, prefix: str = "") -> dict:
     return out
 
 
+def replay_capacity(cfg: RunConfig) -> int:
+    """Rows the storage needs: never more than the run can write (torchrl allocates it all at the
+    first write and checkpoints it whole, so 1M rows of a 1k-dim obs would be a 4 GB checkpoint).
+    A run writes one row per env step plus one final row per episode (at most one per step)."""
+    most_rows = 2 * cfg.train.steps + 4 * cfg.train.batch_length * cfg.env.num_envs
+    return max(cfg.train.batch_length, min(cfg.train.replay_capacity, most_rows))
+
+
 @dataclass
 class EpisodeTracker:
     """Running return/length/success of the current training episode of each env."""
@@ -122,7 +131,7 @@ class Trainer:
         obs_dtypes = {k: (torch.uint8 if s.dtype == np.uint8 else torch.float32) for k, s in obs_space.spaces.items()}
         spec = empty_row_spec(obs_shapes, obs_dtypes, self.num_actions, cfg.features.n_features)
         memmap_dir = str(self.run_dir / "replay_memmap") if cfg.train.replay_memmap else None
-        self.replay = SequenceReplay(spec, self.num_envs, cfg.train.replay_capacity, cfg.train.batch_size,
+        self.replay = SequenceReplay(spec, self.num_envs, replay_capacity(cfg), cfg.train.batch_size,
                                      cfg.train.batch_length, memmap_dir=memmap_dir)
 
         from lore.train.llm_bridge import LLMBridge
@@ -158,6 +167,7 @@ class Trainer:
         resumed = ckpt.exists()
         if resumed:
             self._restore(load_checkpoint(ckpt))
+            print(f"lore: resuming {self.run_dir} from checkpoint at env step {self.env_step}", file=sys.stderr)
         else:
             save_config(self.cfg, self.run_dir / "config.yaml")
             self._start_episodes()
@@ -186,6 +196,9 @@ class Trainer:
             if self._stop_signal is not None:
                 self._checkpoint()
                 raise Preempted(self.env_step)
+            if self.env_step >= self.next_eval:  # only after a resume that interrupted an evaluation
+                self._evaluate()
+                continue
             self._collect_step()
             if self.env_step >= cfg.train.prefill and self.replay.ready():
                 self.update_credit += updates_per_step * self.num_envs
@@ -303,7 +316,10 @@ class Trainer:
         from lore.train.evaluate import evaluate_policy
 
         result = evaluate_policy(self.agent, self.eval_env, self.cfg, self.device, eval_index=len(self.eval_table.rows),
-                                 llm_inputs=self.bridge.eval_inputs)
+                                 llm_inputs=self.bridge.eval_inputs,
+                                 should_stop=lambda: self._stop_signal is not None)
+        if result is None:  # preempted mid-evaluation: the checkpoint comes next, the eval is redone on resume
+            return
         row = {"env_step": self.env_step, **result}
         self.eval_table.append(row)
         self.eval_table.flush()
