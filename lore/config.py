@@ -256,8 +256,8 @@ class DistillConfig:
     min_samples: int = 64
     holdout_frac: float = 0.2
     check_every: int = 10
-    loss_scale: float = 1.0
     """Every n-th due LLM call is still made and compared with PriorNet (held-out KL)."""
+    loss_scale: float = 1.0
 
 
 @dataclass

@@ -22,11 +22,15 @@ def _row(env, t, episode_len=5):
     }
 
 
+def _fill_two_envs(replay, steps):
+    for t in steps:  # two envs written interleaved, as a vectorised loop does
+        replay.add(0, _row(0, t))
+        replay.add(1, _row(1, 500 + t))
+
+
 def test_sequences_are_consecutive_steps_of_one_env():
     replay = _replay()
-    for t in range(60):  # two envs written interleaved, as a vectorised loop does
-        replay.add(0, _row(0, t))
-        replay.add(1, _row(1, 1000 + t))
+    _fill_two_envs(replay, range(60))
     assert replay.ready()
     for _ in range(5):
         batch = replay.sample()
@@ -59,9 +63,7 @@ def test_staged_rows_are_not_sampled_until_a_chunk_is_full():
 
 def test_state_dict_round_trip_keeps_contents_and_keys():
     replay = _replay()
-    for t in range(30):
-        replay.add(0, _row(0, t))
-        replay.add(1, _row(1, 500 + t))
+    _fill_two_envs(replay, range(30))
     other = _replay()
     other.load_state_dict(replay.state_dict())
     assert len(other) == len(replay) and other.next_chunk_id == replay.next_chunk_id
@@ -84,14 +86,10 @@ def test_missing_key_is_an_error():
 
 def test_writes_after_a_reload_sample_cleanly():
     replay = _replay()
-    for t in range(30):
-        replay.add(0, _row(0, t))
-        replay.add(1, _row(1, 500 + t))
+    _fill_two_envs(replay, range(30))
     other = _replay()
     other.load_state_dict(replay.state_dict())
-    for t in range(30, 60):
-        other.add(0, _row(0, t))
-        other.add(1, _row(1, 500 + t))
+    _fill_two_envs(other, range(30, 60))
     batch = other.sample()
     assert set(batch.keys()) == set(other.spec)
     times = batch["obs.symbolic"][..., 1]
