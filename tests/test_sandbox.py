@@ -304,7 +304,10 @@ ESCAPES: dict[str, tuple[str, set[str]]] = {
     "loop_in_finally": (_fn("try:\n    while True:\n        pass\nfinally:\n    while True:\n        pass"),
                         {"timeout"}),
     # BLAS never checks for signals: only the parent's SIGKILL stops this one.
-    "uninterruptible_c_call": (_fn("a = np.ones((2500, 2500))\nreturn [float((a @ a).sum())] * 4"), {"timeout"}),
+    # One long C call the alarm cannot interrupt: a naive 4-index einsum (400^4 = 2.6e10 steps, ~20 s),
+    # independent of BLAS speed (a big matmul finished inside the timeout on an idle CI machine).
+    "uninterruptible_c_call": (_fn("a = np.ones((400, 400))\nreturn [float(np.einsum('ij,jk,kl->il', a, a, a).sum())] * 4"),
+                               {"timeout"}),
     "deep_recursion": ("def f(n):\n    return f(n + 1) + 1\n" + _fn("return [f(0)] * 4"), {"exception"}),
     "memory_bomb_list": (_fn("x = [0] * 10**10\nreturn [0.0] * 4"), {"memory"}),
     "memory_bomb_numpy": (_fn("x = np.ones(10**10)\nreturn [0.0] * 4"), {"memory"}),
