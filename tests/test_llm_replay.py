@@ -86,7 +86,8 @@ def test_replay_reproduces_a_gemini_run_without_the_key(tmp_path, monkeypatch, m
     assert replay_trace == recorded_trace
     # How many calls hit the stub's faults depends on timing (and machine load); that replay repeats
     # exactly what was recorded does not.
-    assert recorded["llm_failures_server_error"] + recorded["llm_failures_malformed_json"] >= 1
+    if max_wait_ms:  # blocking calls: the stub's faults are certainly hit within the run
+        assert recorded["llm_failures_server_error"] + recorded["llm_failures_malformed_json"] >= 1
     for kind in ("server_error", "malformed_json"):
         assert replayed[f"llm_failures_{kind}"] == recorded[f"llm_failures_{kind}"]
     assert [r["answer"] for r in ledger(tmp_path / "rep")] == [r["answer"] for r in ledger(tmp_path / "rec")]
