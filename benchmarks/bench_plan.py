@@ -15,11 +15,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from _timing import time_calls_ms
 
 from lore.plan.cem import cem_plan, uniform_init
 from lore.presets import PRESETS
@@ -82,13 +82,7 @@ def start_latents(model, batch: int) -> torch.Tensor:
 
 
 def time_plans(fn, repeats: int, warmup: int = 3) -> dict:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1000.0)
+    times = time_calls_ms(fn, repeats, warmup)
     return {"median_ms": statistics.median(times), "mean_ms": statistics.fmean(times), "min_ms": min(times)}
 
 

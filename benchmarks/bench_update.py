@@ -21,6 +21,7 @@ import time
 import gymnasium
 import numpy as np
 import torch
+from _timing import time_calls_ms
 
 from lore.config import build_config
 from lore.dreamer.agent import DreamerAgent
@@ -56,14 +57,7 @@ def random_batch(dim: int, actions: int, b: int, t: int, seed: int = 0) -> dict:
 
 
 def timed(fn, repeats: int, warmup: int) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return 1000.0 * statistics.median(times)
+    return statistics.median(time_calls_ms(fn, repeats, warmup))
 
 
 def interleaved(fns, repeats: int, warmup: int) -> list[float]:
