@@ -527,3 +527,14 @@ def test_lagrangian_gradient_moves_the_actor_towards_the_mix_and_not_into_collap
     # towards the mix, never made more deterministic on its own choice.
     stepped = torch.softmax(logits.detach() - 0.5 * logits.grad, -1)
     assert stepped[0, 1] > pi_wm[0, 1] and stepped[0, 0] < pi_wm[0, 0]
+
+
+def test_act_time_kl_metric_is_measured_on_advised_states_only():
+    layer = PriorLayer(prior_cfg(gate="fixed", beta_max=1.0), 3, num_envs=2)
+    logits = torch.zeros(2, 3)
+    prior = torch.tensor([[2.0, 0.0, 0.0], [0.0, 0.0, 9.0]])
+    layer.act(logits, prior, torch.tensor([1.0, 0.0]), None, env_step=0)  # env 1 has no advice
+    expected = categorical_kl(prior[:1], logits[:1]).item()  # KL(softmax(0 + 1 * prior) || uniform)
+    assert layer.metrics()["kl_mix_wm"] == pytest.approx(expected, rel=1e-5)
+    layer.act(logits, prior, torch.zeros(2), None, env_step=1)
+    assert math.isnan(layer.metrics()["kl_mix_wm"])  # nothing advised since the last read

@@ -395,7 +395,8 @@ class DreamerAgent:
             "nonfinite_skips_step": float(self.nonfinite_skips - skips_before),
         }
         metrics["loss_ensemble"] = wm_metrics["loss_ensemble"]  # per member, not the sum
-        # The prior layer reports the act-time KL as kl_mix_wm; this one is measured on replay states.
+        # The prior layer reports the act-time KL (advised states) as kl_mix_wm; this one is measured on
+        # replay states and is what the Lagrangian's dual ascent sees.
         if "kl_mix_wm" in metrics:
             metrics["kl_mix_wm_train"] = metrics.pop("kl_mix_wm")
         return metrics

@@ -2,7 +2,7 @@
 
 Three mutually exclusive modes (``prior.kl_mode``):
 
-- ``lagrangian``: penalise ``lambda * relu(KL(pi_mix || pi_wm) - delta)`` and adapt ``lambda`` by
+- ``lagrangian``: penalise ``lambda * relu(KL(sg(pi_mix) || pi_wm) - delta)`` and adapt ``lambda`` by
   dual ascent, so the mixed policy stays within ``delta`` nats of the base policy on average;
 - ``prior_reg``: pull the policy towards the prior, ``lambda_kl * w * KL(pi_wm || rho)``;
 - ``bonus``: add ``beta_bonus * log rho(a)`` to the advantage of the taken action.

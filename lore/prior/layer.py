@@ -51,7 +51,7 @@ _STATE_VERSION = 1
 # Running sums behind metrics(): reset by every metrics() call.
 _ACC_KEYS = ("n_act", "beta_sum", "beta_sq", "n_applied", "beta_applied_sum", "mask_sum", "open_sum",
              "u_entropy", "u_value_var", "u_disagreement", "n_u", "entropy_wm", "entropy_mix",
-             "n_loss", "kl_mix_wm", "prior_loss", "u_gate", "n_gate")
+             "n_loss", "prior_loss", "u_gate", "n_gate", "kl_act")
 
 
 def _zero_acc() -> dict[str, float]:
@@ -211,6 +211,9 @@ class PriorLayer:
             acc["n_applied"] += applied.sum().item()
             acc["beta_applied_sum"] += beta[applied].sum().item()
             acc["mask_sum"] += applied.double().sum().item()
+            if bool(applied.any()):  # how far the policy that acts departs from the base policy
+                kl = categorical_kl(logits_mix.detach()[applied].double(), logits_wm.detach()[applied].double())
+                acc["kl_act"] += kl.sum().item()
             if self.cfg.gate == "fixed":  # a fixed gate is always open while the prior is on
                 acc["open_sum"] += float(beta.numel()) if self.cfg.enabled else 0.0
             else:
@@ -283,7 +286,6 @@ class PriorLayer:
             with torch.no_grad():
                 metrics["kl_wm_prior"] = masked_mean(categorical_kl(logits, prior / self.temperature), mask).item()
         self._acc["n_loss"] += 1
-        self._acc["kl_mix_wm"] += metrics["kl_mix_wm"]
         self._acc["prior_loss"] += metrics["prior_loss"]
         return loss, metrics
 
@@ -384,7 +386,9 @@ class PriorLayer:
             "u_value_var": ratio(acc["u_value_var"], acc["n_u"]),
             "u_disagreement": ratio(acc["u_disagreement"], acc["n_u"]),
             "u_gate": ratio(acc["u_gate"], acc["n_gate"]),
-            "kl_mix_wm": ratio(acc["kl_mix_wm"], acc["n_loss"]),
+            # act time, advised states; the agent logs the replay-state value the Lagrangian uses
+            # (kl_mix_wm_train)
+            "kl_mix_wm": ratio(acc["kl_act"], acc["n_applied"]),
             "prior_loss": ratio(acc["prior_loss"], acc["n_loss"]),
             "lambda_kl": self.current_lambda(),
             "temperature": self.temperature,
