@@ -177,7 +177,11 @@ def tidy(runs: list[Run], table: str) -> pd.DataFrame:
 
 def llm_call_counts(run: Run) -> dict[str, float]:
     """API calls (cache misses), cache hits and failures from the call ledger, with the
-    ``metrics.csv`` counters as fallback when the ledger is absent."""
+    ``metrics.csv`` counters as fallback when the ledger is absent.
+
+    The ledger holds call attempts only (persistent-cache hits included); answers served from the
+    controller's in-memory state cache never reach it, so the controller's own ``llm_cache_hits``
+    counter, when logged, is the larger and the right count of cache hits."""
     calls = run.llm_calls
     if len(calls):
         cache_hit = calls["cache_hit"].fillna(False).astype(bool) if "cache_hit" in calls else np.zeros(len(calls), bool)
@@ -187,11 +191,14 @@ def llm_call_counts(run: Run) -> dict[str, float]:
             failed |= ~calls["ok"].fillna(False).astype(bool)
         return {
             "llm_calls": float((~cache_hit).sum()),
-            "llm_cache_hits": float(cache_hit.sum()),
+            "llm_cache_hits": max(float(cache_hit.sum()), _last_counter(run, "llm_cache_hits")),
             "llm_failures": float((failed & ~cache_hit).sum()),
         }
-    out = {}
-    for name in ("llm_calls", "llm_cache_hits", "llm_failures"):
-        col = run.metrics.get(name)
-        out[name] = float(col.dropna().iloc[-1]) if col is not None and col.notna().any() else 0.0
-    return out
+    return {name: _last_counter(run, name) for name in ("llm_calls", "llm_cache_hits", "llm_failures")}
+
+
+def _last_counter(run: Run, name: str) -> float:
+    """The last logged value of a cumulative ``metrics.csv`` counter (0 when never logged)."""
+    col = run.metrics.get(name)
+    return float(col.dropna().iloc[-1]) if col is not None and col.notna().any() else 0.0
+
