@@ -304,11 +304,13 @@ def test_cli_aggregate_figures_and_macros(known_grid, tmp_path, capsys):
     assert "--env-budget" in capsys.readouterr().err
 
 
-def test_cache_hits_include_the_controllers_in_memory_hits(tmp_path):
+def test_cache_hits_include_memory_hits_and_priornet_answers_are_not_calls(tmp_path):
     # In-memory state-cache hits never reach the ledger; the controller's counter in metrics.csv has them.
+    # Answers PriorNet gave instead of the LLM (source "surrogate") are ledgered but are not API calls.
     path = _exact_run(tmp_path, "full", 0, [0, 0.5])
-    lines = [{"env_step": 1, "ok": True, "cache_hit": False, "failure": None},
-             {"env_step": 2, "ok": True, "cache_hit": True, "failure": None}]
+    lines = [{"env_step": 1, "ok": True, "cache_hit": False, "failure": None, "source": "backend"},
+             {"env_step": 2, "ok": True, "cache_hit": True, "failure": None, "source": "backend"},
+             {"env_step": 3, "ok": True, "cache_hit": False, "failure": None, "source": "surrogate"}]
     (path / "llm_calls.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
     pd.DataFrame({"env_step": [100, 200], "llm_calls": [1, 1], "llm_cache_hits": [3, 7]}).to_csv(
         path / "metrics.csv", index=False)

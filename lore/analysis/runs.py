@@ -189,6 +189,10 @@ def llm_call_counts(run: Run) -> dict[str, float]:
         failed = failure.notna() & (failure.astype(str) != "") & (failure.astype(str) != "None")
         if "ok" in calls:
             failed |= ~calls["ok"].fillna(False).astype(bool)
+        # Answers PriorNet gave in the LLM's stead are ledgered too (source "surrogate"): not API calls.
+        surrogate = (calls["source"].astype(str) == "surrogate").to_numpy() if "source" in calls \
+            else np.zeros(len(calls), bool)
+        cache_hit = cache_hit | surrogate
         return {
             "llm_calls": float((~cache_hit).sum()),
             "llm_cache_hits": max(float(cache_hit.sum()), _last_counter(run, "llm_cache_hits")),
