@@ -230,7 +230,7 @@ def plot_prior_dynamics(runs: list[Run], settings: AnalysisSettings, out_dir: Pa
 # --------------------------------------------------------------------------- KL, lambda, entropy, T
 
 TRACE_PANELS = (
-    ("kl_mix_wm", r"KL($\pi_{mix}\,\|\,\pi_{wm}$) (nats)"),
+    ("kl_mix_wm", r"act-time KL($\pi_{mix}\,\|\,\pi_{wm}$) (nats)"),
     ("lambda_kl", r"Lagrange multiplier $\lambda$"),
     ("entropy_mix", "policy entropy (nats)"),
     ("temperature", "prior temperature $T$"),
@@ -261,11 +261,10 @@ def plot_kl_traces(runs: list[Run], settings: AnalysisSettings, out_dir: Path) -
                 if column == "entropy_mix" and "entropy_wm" in data and data["entropy_wm"].notna().any():
                     grid, matrix = curves_on_grid(data, "entropy_wm")
                     ax.plot(grid, np.nanmean(matrix, axis=0), color=colors[ablation], ls="--", lw=1)
-            if column == "entropy_mix" and len(present):
-                ax.text(0.98, 0.95, r"solid: $\pi_{mix}$, dashed: $\pi_{wm}$", transform=ax.transAxes,
-                        ha="right", va="top", fontsize=8, color="0.3")
             ax.set_ylabel(label)
-            ax.set_title(env_label(env), fontsize=10)
+            # the line-style key goes in the title: inside the axes it covers the curves
+            key = r" (solid $\pi_{mix}$, dashed $\pi_{wm}$)" if column == "entropy_mix" and len(present) else ""
+            ax.set_title(env_label(env) + key, fontsize=10)
             _steps_axis(ax)
     _legend_below(fig, axes)
     return _save(fig, out_dir, "kl_traces")
