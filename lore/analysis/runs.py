@@ -192,11 +192,11 @@ def llm_call_counts(run: Run) -> dict[str, float]:
         # Answers PriorNet gave in the LLM's stead are ledgered too (source "surrogate"): not API calls.
         surrogate = (calls["source"].astype(str) == "surrogate").to_numpy() if "source" in calls \
             else np.zeros(len(calls), bool)
-        cache_hit = cache_hit | surrogate
+        api_call = ~cache_hit & ~surrogate
         return {
-            "llm_calls": float((~cache_hit).sum()),
+            "llm_calls": float(api_call.sum()),
             "llm_cache_hits": max(float(cache_hit.sum()), _last_counter(run, "llm_cache_hits")),
-            "llm_failures": float((failed & ~cache_hit).sum()),
+            "llm_failures": float((failed & api_call).sum()),
         }
     return {name: _last_counter(run, name) for name in ("llm_calls", "llm_cache_hits", "llm_failures")}
 
@@ -205,4 +205,3 @@ def _last_counter(run: Run, name: str) -> float:
     """The last logged value of a cumulative ``metrics.csv`` counter (0 when never logged)."""
     col = run.metrics.get(name)
     return float(col.dropna().iloc[-1]) if col is not None and col.notna().any() else 0.0
-
