@@ -12,7 +12,7 @@ _LLM_ON = {"llm.backend": "scripted"}
 _NO_LLM = {"llm.backend": "none", "prior.enabled": False, "features.enabled": False,
            "plan.enabled": False, "distill.enabled": False}
 _MIX = {**_LLM_ON, "prior.enabled": True}
-_FULL = {**_MIX, "prior.gate": "uncertainty", "prior.kl_mode": "lagrangian",
+_FULL = {**_MIX, "prior.gate": "uncertainty", "prior.kl_mode": "lagrangian", "prior.trust": True,
          "prior.align_temperature": True, "features.enabled": True}
 
 ABLATIONS: dict[str, dict[str, object]] = {
@@ -22,11 +22,11 @@ ABLATIONS: dict[str, dict[str, object]] = {
     "prior_only": {**_MIX, "prior.gate": "fixed", "prior.kl_mode": "none"},
     # Mixing gated by state uncertainty, no KL control.
     "gate": {**_MIX, "prior.gate": "uncertainty", "prior.kl_mode": "none"},
-    # Fixed beta held in check by the KL Lagrangian.
+    # Fixed beta held in check by KL control (act-time trust region + absorption Lagrangian).
     "kl": {**_MIX, "prior.gate": "fixed", "prior.kl_mode": "lagrangian"},
     # LLM feature code only (late fusion), no prior mixing.
     "features": {**_LLM_ON, "prior.enabled": False, "features.enabled": True},
-    # Everything: gate + KL Lagrangian + temperature alignment + features.
+    # Everything: gate + advice trust + KL control + temperature alignment + features.
     "full": dict(_FULL),
     # full + CEM planning in latent space seeded by the LLM plan.
     "full_plan": {**_FULL, "plan.enabled": True},

@@ -98,9 +98,25 @@ def test_parse_override_parses_yaml_values():
     assert parse_override("x=null") == {"x": None}
 
 
+@pytest.mark.parametrize("override, needle", [
+    ("prior.kl_bound=0", "prior.kl_bound"),
+    ("prior.trust_gain=0", "prior.trust_gain"),
+    ("prior.trust_decay=1", "trust_decay"),
+    ("dreamer.value_bootstrap=0", "dreamer.value_bootstrap"),
+])
+def test_semantic_checks_name_the_new_keys(override, needle):
+    with pytest.raises(ConfigError, match=needle.replace(".", r"\.")):
+        build_config(overrides=[override])
+
+
+@pytest.mark.parametrize("removed", ["prior.tau_low=0", "prior.kappa=4", "prior.temperature_fit_max_entropy=0.8"])
+def test_removed_gate_keys_are_unknown(removed):
+    key = removed.split("=")[0]
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        build_config(overrides=[removed])
+
+
 def test_semantic_checks():
-    with pytest.raises(ConfigError, match="tau_low"):
-        build_config(overrides=["prior.tau_low=2", "prior.tau_high=1"])
     with pytest.raises(ConfigError, match="replay_ledger"):
         build_config(overrides=["llm.backend=replay"])
 

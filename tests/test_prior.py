@@ -11,14 +11,7 @@ import torch
 
 from lore.config import DistillConfig, PriorConfig
 from lore.prior.distill import DistillationMonitor, is_holdout
-from lore.prior.gate import (
-    EMANormalizer,
-    anneal_factor,
-    combine_uncertainty,
-    gate_beta,
-    hysteresis_beta,
-    hysteresis_update,
-)
+from lore.prior.gate import EMANormalizer, anneal_factor
 from lore.prior.kl_control import (
     advantage_bonus,
     categorical_kl,
@@ -28,7 +21,7 @@ from lore.prior.kl_control import (
 )
 from lore.prior.layer import PriorLayer
 from lore.prior.mixing import gumbel_sample_pair, mix_logits, normalise_prior_logits
-from lore.prior.temperature import fit_temperature
+from lore.prior.temperature import calibration_nll, fit_temperature
 
 
 @pytest.fixture(autouse=True)
@@ -52,10 +45,10 @@ def uncertainty(batch: int, entropy=1.0, value_var=0.1, disagreement=0.01) -> di
             "disagreement": torch.full((batch,), float(disagreement))}
 
 
-def pin_normalisers(layer: PriorLayer) -> None:
-    """Freeze the EMA normalisers at mean 0, var 1, so u equals the weighted mean of the raw signals."""
+def pin_normalisers(layer: PriorLayer, mean: float = 1.0) -> None:
+    """Freeze the running means of the uncertainty signals at ``mean`` (an act call barely moves them)."""
     for normaliser in layer.normalisers:
-        normaliser.load_state_dict({"mean": 0.0, "sq": 1.0, "count": 10**12, "decay": 1.0 - 1e-9})
+        normaliser.load_state_dict({"mean": mean, "sq": mean * mean + 1.0, "count": 10**12, "decay": 1.0 - 1e-9})
 
 
 # --------------------------------------------------------------------------- mixing
@@ -129,38 +122,6 @@ def test_gradients_never_reach_the_prior_logits():
 # --------------------------------------------------------------------------- gate
 
 
-def test_gate_beta_formula():
-    u = torch.tensor([-1.0, 0.0, 2.0])
-    expected = 0.8 * torch.sigmoid(3.0 * (u - 0.5))
-    assert torch.allclose(gate_beta(u, 0.8, 3.0, 0.5), expected)
-
-
-@pytest.mark.parametrize("signal", ["entropy", "value_var", "disagreement"])
-def test_beta_rises_with_each_uncertainty_signal(signal):
-    gen = torch.Generator().manual_seed(3)
-    layer = PriorLayer(prior_cfg(gate="uncertainty", ema_decay=0.9), A, num_envs=2)
-    for _ in range(50):  # calibrate the EMA normalisers on noisy baseline signals
-        u = {"entropy": 1.0 + 0.1 * torch.randn(2, generator=gen),
-             "value_var": 0.1 + 0.01 * torch.randn(2, generator=gen),
-             "disagreement": 0.01 + 0.001 * torch.randn(2, generator=gen)}
-        layer.act(torch.zeros(2, A), torch.zeros(2, A), torch.ones(2), u, env_step=100)
-    u = uncertainty(2)
-    u[signal] = u[signal] * torch.tensor([1.0, 1.3])  # env 1: only this signal is higher
-    _, beta = layer.act(torch.zeros(2, A), torch.zeros(2, A), torch.ones(2), u, env_step=100)
-    assert beta[1] > beta[0] + 0.1, (signal, beta)
-
-
-def test_combine_uncertainty_is_a_weighted_mean_of_z_scores():
-    norms = [EMANormalizer(0.5) for _ in range(3)]
-    for n, (m, s) in zip(norms, [(1.0, 2.0), (0.0, 1.0), (5.0, 0.5)], strict=True):
-        n.load_state_dict({"mean": m, "sq": s * s + m * m, "count": 10**6, "decay": 0.5})
-    u = combine_uncertainty(torch.tensor([3.0]), torch.tensor([1.0]), torch.tensor([5.0]),
-                            weights=(1.0, 2.0, 0.0), normalisers=norms)
-    assert torch.allclose(u, torch.tensor([(1.0 * 1.0 + 2.0 * 1.0) / 3.0]), atol=1e-5)
-    with pytest.raises(ValueError, match="at least one"):
-        combine_uncertainty(torch.zeros(1), torch.zeros(1), torch.zeros(1), weights=(0, 0, 0))
-
-
 def test_ema_normalizer_tracks_mean_and_variance():
     gen = torch.Generator().manual_seed(4)
     norm = EMANormalizer(0.99)
@@ -170,33 +131,21 @@ def test_ema_normalizer_tracks_mean_and_variance():
     assert abs(norm.normalize(torch.tensor([5.0])).item() - 1.0) < 0.2
 
 
-def test_hysteresis_pure_functions():
-    is_open = torch.tensor([False])
-    states = []
-    for value in [0.0, 0.6, 0.3, 0.1, -0.1, 0.3, 0.7]:
-        is_open = hysteresis_update(is_open, torch.tensor([value]), tau_low=0.0, tau_high=0.5)
-        states.append(bool(is_open))
-    assert states == [False, True, True, True, False, False, True]
-    beta = hysteresis_beta(torch.tensor([0.3, 0.3]), torch.tensor([True, False]), 1.0, 4.0, 0.0, 0.5)
-    assert torch.allclose(beta, torch.sigmoid(torch.tensor([4 * 0.3, 4 * (0.3 - 0.5)])))
-
-
-def test_layer_gate_follows_hysteresis():
-    layer = PriorLayer(prior_cfg(gate="uncertainty", w_value=0.0, w_disagreement=0.0, kappa=4.0,
-                                 tau_low=0.0, tau_high=0.5), A, num_envs=1)
-    pin_normalisers(layer)
-    betas, opens = [], []
-    for u in [0.2, 0.6, 0.3, 0.1, -0.2, 0.3]:
-        _, beta = layer.act(torch.zeros(1, A), torch.ones(1, A), torch.ones(1), uncertainty(1, entropy=u), 0)
-        betas.append(beta.item())
-        opens.append(bool(layer.gate_open[0]))
-    assert opens == [False, True, True, True, False, False]
-    sig = lambda x: 1 / (1 + math.exp(-x))  # noqa: E731
-    expected = [sig(4 * (0.2 - 0.5)), sig(4 * 0.6), sig(4 * 0.3), sig(4 * 0.1), sig(4 * (-0.2 - 0.5)),
-                sig(4 * (0.3 - 0.5))]
-    assert betas == pytest.approx(expected, abs=1e-4)
-    # The same u = 0.3 gives a larger beta while the gate is open than after it closed.
-    assert betas[2] > betas[5]
+def test_layer_gate_is_beta_max_times_u_without_memory():
+    # Entropy only: u = H / log A, beta = beta_max * u, whatever the gate saw before (no hysteresis).
+    entropies = [0.2, 1.5, 0.6, 0.1, 3.0, 0.6, 0.2]
+    for full_at in (1.0, 0.5):  # beta = beta_max * min(1, u / gate_full_at)
+        layer = PriorLayer(prior_cfg(gate="uncertainty", beta_max=0.8, gate_full_at=full_at, w_value=0.0,
+                                     w_disagreement=0.0), A, num_envs=1)
+        pin_normalisers(layer)
+        betas = []
+        for h in entropies:
+            _, beta = layer.act(torch.zeros(1, A), torch.ones(1, A), torch.ones(1), uncertainty(1, entropy=h), 0)
+            betas.append(beta.item())
+        expected = [0.8 * min(min(h / math.log(A), 1.0) / full_at, 1.0) for h in entropies]
+        assert betas == pytest.approx(expected, abs=1e-6)
+        # The same u gives the same beta before and after a high-uncertainty state.
+        assert betas[2] == betas[5] and betas[0] == betas[6]
 
 
 def test_warmup_counts_env_steps():
@@ -237,56 +186,75 @@ def test_beta_dropout_rate_and_reproducibility():
 # --------------------------------------------------------------------------- temperature
 
 
-@pytest.mark.parametrize("t_star", [0.5, 2.0, 5.0])
-def test_temperature_search_recovers_a_known_temperature(t_star):
-    gen = torch.Generator().manual_seed(6)
-    logits_wm = torch.randn(512, 7, generator=gen) * 2.0
-    prior = t_star * logits_wm + 0.05 * torch.randn(512, 7, generator=gen)
-    t_hat = fit_temperature(logits_wm, prior, t_min=0.1, t_max=10.0)
-    assert abs(t_hat - t_star) / t_star < 0.1, t_hat
+def feed_labels(layer: PriorLayer, prior: torch.Tensor, labels: torch.Tensor, code: int = 1) -> dict:
+    """Replay evidence whose one-step values make ``labels`` the best action (spread well above min_gap)."""
+    q = torch.nn.functional.one_hot(labels, prior.shape[1]).double()
+    return layer.observe_advice_values(q, prior, torch.full((prior.shape[0],), code))
 
 
 def test_temperature_edges_only_when_the_optimum_is_there():
     gen = torch.Generator().manual_seed(7)
-    logits_wm = torch.randn(256, 4, generator=gen)
-    assert fit_temperature(logits_wm, 30.0 * logits_wm, 0.1, 10.0) == pytest.approx(10.0)
-    assert fit_temperature(logits_wm, 0.01 * logits_wm, 0.1, 10.0) == pytest.approx(0.1)
-    # Off-grid optimum strictly inside: not snapped to a grid point.
-    assert fit_temperature(logits_wm, 1.2345 * logits_wm, 0.1, 10.0) == pytest.approx(1.2345, rel=1e-3)
+    prior = 2.0 * torch.randn(256, 4, generator=gen)
+    top, worst = prior.argmax(-1), prior.argmin(-1)
+    # Advice that is always right: sharpen as far as allowed; never right (the worst action is best): flatten.
+    assert fit_temperature(prior, top, 0.1, 10.0) == pytest.approx(0.1)
+    assert fit_temperature(prior, worst, 0.1, 10.0) == pytest.approx(10.0)
+    # Off-grid optimum strictly inside: not snapped to a point of the coarse grid, and as good as
+    # the best of a fine grid.
+    labels = torch.multinomial(torch.softmax(prior / 1.7, -1), 1, generator=gen).squeeze(-1)
+    t_hat = fit_temperature(prior, labels, 0.1, 10.0, grid_points=9)
+    coarse = torch.logspace(math.log10(0.1), 1.0, 9, dtype=torch.float64)
+    assert 0.1 < t_hat < 10.0 and (coarse - t_hat).abs().min() > 1e-3
+    fine = torch.logspace(math.log10(0.1), 1.0, 20001, dtype=torch.float64)
+    nll_hat = calibration_nll(prior.double(), labels, torch.tensor([t_hat], dtype=torch.float64)).item()
+    assert nll_hat <= calibration_nll(prior.double(), labels, fine).min().item() + 1e-9
     # Uniform priors carry no information about T.
-    assert fit_temperature(logits_wm, torch.zeros(256, 4), 0.1, 10.0, fallback=3.0) == 3.0
+    assert fit_temperature(torch.zeros(256, 4), labels, 0.1, 10.0, fallback=3.0) == 3.0
+    with pytest.raises(ValueError, match="labels"):
+        fit_temperature(prior, torch.full((256,), 4), 0.1, 10.0)
+    with pytest.raises(ValueError, match="labels"):
+        fit_temperature(prior, labels[:10], 0.1, 10.0)
 
 
-def test_layer_refits_temperature_within_bounds_on_masked_rows():
+def test_layer_refits_temperature_within_bounds():
     gen = torch.Generator().manual_seed(8)
     layer = PriorLayer(prior_cfg(align_temperature=True, temperature_min=0.5, temperature_max=4.0,
-                                 temperature_fit_max_entropy=1.0), A)
-    logits_wm = torch.randn(300, A, generator=gen)
-    prior = 2.0 * logits_wm
-    mask = torch.ones(300)
-    prior[:100] = 100.0 * torch.randn(100, A, generator=gen)  # garbage rows, masked out
-    mask[:100] = 0
+                                 temperature_min_labels=100), A)
+    prior = 3.0 * torch.randn(3000, A, generator=gen)
+    labels = torch.multinomial(torch.softmax(prior / 2.0, -1), 1, generator=gen).squeeze(-1)
+    prior[:50] = 0.0  # uniform advice carries no information about T: ignored
+    feed_labels(layer, prior, labels)
     assert layer.refit_due(0)
-    assert layer.refit_temperature(logits_wm, prior, mask, env_step=0) == pytest.approx(2.0, rel=0.02)
-    assert not layer.refit_due(10)
-    assert layer.refit_temperature(logits_wm, 50.0 * logits_wm) == pytest.approx(4.0)
+    assert layer.refit_temperature(env_step=0) == pytest.approx(2.0, rel=0.1)
+    assert not layer.refit_due(10) and layer.refit_due(layer.cfg.temperature_refit_every)
+    assert layer.metrics()["temperature_refits_at_bound"] == 0.0
+
+    # Advice that is never the best action: T goes to the upper bound, and that is counted.
+    bad = PriorLayer(prior_cfg(align_temperature=True, temperature_min=0.5, temperature_max=4.0,
+                               temperature_min_labels=100), A)
+    feed_labels(bad, prior[50:], prior[50:].argmin(-1))
+    assert bad.refit_temperature() == pytest.approx(4.0)
+    assert bad.metrics()["temperature_refits_at_bound"] == 1.0
+
     off = PriorLayer(prior_cfg(align_temperature=False, temperature=1.5), A)
-    assert off.refit_temperature(logits_wm, prior) == 1.5
+    feed_labels(off, prior, labels)
+    assert off.refit_temperature() == 1.5 and not off.refit_due(0)
 
 
-def test_refit_skipped_while_the_policy_is_near_uniform():
+def test_refit_skipped_without_enough_labels():
     gen = torch.Generator().manual_seed(13)
-    cfg = prior_cfg(align_temperature=True, temperature=1.0, temperature_fit_max_entropy=1.0)
-    flat_policy = 0.01 * torch.randn(200, A, generator=gen)  # an untrained actor
-    advice = 4.0 * torch.nn.functional.one_hot(torch.randint(0, A, (200,), generator=gen), A).float()
-    # Without the guard, matching a sharp prior to a flat policy drives T to the upper bound.
-    assert PriorLayer(cfg, A).refit_temperature(flat_policy, advice) == pytest.approx(cfg.temperature_max)
-    guarded_cfg = prior_cfg(align_temperature=True, temperature=1.0, temperature_fit_max_entropy=0.8)
-    guarded = PriorLayer(guarded_cfg, A)
-    assert guarded.refit_temperature(flat_policy, advice) == 1.0
-    assert guarded.metrics()["temperature_refits_skipped"] == 1.0
-    confident = 2.0 * advice + 0.01 * torch.randn(200, A, generator=gen)
-    assert guarded.refit_temperature(confident, advice) == pytest.approx(0.5, rel=0.05)
+    layer = PriorLayer(prior_cfg(align_temperature=True, temperature=1.0, temperature_min_labels=64), A)
+    assert layer.refit_temperature(env_step=0) == 1.0  # no labels yet
+    advice = torch.nn.functional.one_hot(torch.randint(0, A, (200,), generator=gen), A).float()
+    # Before any reward the critic cannot tell actions apart: no labels, so T is kept.
+    layer.observe_advice_values(1e-5 * torch.randn(200, A, generator=gen), advice, torch.ones(200))
+    assert layer.refit_temperature(env_step=1000) == 1.0
+    metrics = layer.metrics()
+    assert metrics["temperature_refits_skipped"] == 2.0 and metrics["temperature_refits"] == 0.0
+    # Advice that is always right: sharpened.
+    feed_labels(layer, advice, advice.argmax(-1))
+    assert layer.refit_temperature(env_step=2000) == pytest.approx(layer.cfg.temperature_min)
+    assert layer.metrics()["temperature_refits"] == 1.0
 
 
 # --------------------------------------------------------------------------- KL control
@@ -371,14 +339,19 @@ def test_placeholder_compatible_api():
     assert loss.item() == 0.0
     assert layer.advantage_bonus(torch.randn(3, A), torch.zeros(3, dtype=torch.long), torch.ones(3)).shape == (3,)
     layer.update_lambda(1.0)
-    layer.refit_temperature(torch.randn(3, A), torch.randn(3, A))
+    assert layer.refit_temperature() == layer.temperature
+    assert not layer.wants_advice_values()
     assert layer.beta_max_at(0) == 0.0
     metrics = layer.metrics()
     for key in ("beta_mean", "beta_std", "u_entropy", "u_value_var", "u_disagreement", "kl_mix_wm", "lambda_kl",
-                "temperature", "entropy_wm", "entropy_mix", "gate_open_frac", "beta_max_now"):
+                "temperature", "entropy_wm", "entropy_mix", "gate_open_frac", "beta_max_now", "trust_llm",
+                "kl_bound_active_frac", "temperature_refits_at_bound"):
         assert key in metrics, key
-    layer.load_state_dict({"temperature": 2.0, "lambda_kl": 0.5})  # a placeholder checkpoint
-    assert layer.temperature == 2.0 and layer.lambda_kl == 0.5
+    # Checkpoints of earlier releases (the placeholder layer's {T, lambda}, version 1) are refused by name.
+    with pytest.raises(ValueError, match="version"):
+        layer.load_state_dict({"temperature": 2.0, "lambda_kl": 0.5})
+    with pytest.raises(ValueError, match="version"):
+        layer.load_state_dict({**layer.state_dict(), "version": 1})
 
     fixed = PriorLayer(prior_cfg(gate="fixed", beta_max=0.7, temperature=2.0), A, num_envs=3)
     prior = torch.randn(3, A)
@@ -411,24 +384,31 @@ def test_metrics_report_recent_act_calls():
     assert metrics["beta_std"] == pytest.approx(math.sqrt(0.5**2 * 3 / 4 - 0.375**2))
     assert metrics["u_entropy"] == pytest.approx(3.0)
     assert metrics["entropy_wm"] == pytest.approx(math.log(A))
-    assert metrics["gate_open_frac"] == 1.0 and metrics["beta_max_now"] == 0.5
+    # gate_open_frac: share of env steps whose beta is > 0 (env 0 had no advice at the first call).
+    assert metrics["gate_open_frac"] == 0.75 and metrics["beta_max_now"] == 0.5
     assert math.isnan(layer.metrics()["beta_mean"])  # nothing since the last call
 
 
 def test_state_dict_round_trip_resumes_identically():
-    cfg = prior_cfg(gate="uncertainty", dropout=0.2, kl_mode="lagrangian", align_temperature=True, warmup_steps=50)
+    cfg = prior_cfg(gate="uncertainty", dropout=0.2, kl_mode="lagrangian", kl_bound=0.1, align_temperature=True,
+                    temperature_min_labels=16, trust=True, warmup_steps=50)
     gen = torch.Generator().manual_seed(9)
-    inputs = [(torch.randn(3, A, generator=gen), torch.randn(3, A, generator=gen),
+    inputs = [(torch.randn(3, A, generator=gen), 3.0 * torch.randn(3, A, generator=gen),
                (torch.rand(3, generator=gen) > 0.3).float(),
-               {k: torch.rand(3, generator=gen) for k in ("entropy", "value_var", "disagreement")})
+               {k: torch.rand(3, generator=gen) for k in ("entropy", "value_var", "disagreement")},
+               torch.randint(0, 4, (3,), generator=gen))
               for _ in range(40)]
     original = PriorLayer(cfg, A, num_envs=3, total_steps=1000)
     act_gen = torch.Generator().manual_seed(10)
-    for step, (logits, prior, mask, u) in enumerate(inputs[:20]):
-        _, beta = original.act(logits, prior, mask, u, step, generator=act_gen)
+    for step, (logits, prior, mask, u, source) in enumerate(inputs[:20]):
+        _, beta = original.act(logits, prior, mask, u, step, generator=act_gen, source=source)
         _, metrics = original.actor_loss(logits, prior, mask, torch.ones(3), beta)
         original.update_lambda(metrics["kl_mix_wm"] + 0.3)
-    original.refit_temperature(torch.randn(50, A, generator=gen), torch.randn(50, A, generator=gen), env_step=20)
+    # Evidence from every source (trust and calibration labels are part of the state).
+    original.observe_advice_values(torch.randn(60, A, generator=gen), torch.randn(60, A, generator=gen),
+                                   torch.arange(60) % 3 + 1)
+    original.refit_temperature(env_step=20)
+    assert original.refits == 1 and original.labels
 
     buffer = io.BytesIO()
     torch.save({"prior": original.state_dict(), "gen": act_gen.get_state()}, buffer)
@@ -438,15 +418,15 @@ def test_state_dict_round_trip_resumes_identically():
     resumed.load_state_dict(saved["prior"])
     resumed_gen = torch.Generator()
     resumed_gen.set_state(saved["gen"])
+    assert saved["prior"]["version"] == 2 and "gate_open" not in saved["prior"]
 
-    for step, (logits, prior, mask, u) in enumerate(inputs[20:], start=20):
-        mix_a, beta_a = original.act(logits, prior, mask, u, step, generator=act_gen)
-        mix_b, beta_b = resumed.act(logits, prior, mask, u, step, generator=resumed_gen)
+    for step, (logits, prior, mask, u, source) in enumerate(inputs[20:], start=20):
+        mix_a, beta_a = original.act(logits, prior, mask, u, step, generator=act_gen, source=source)
+        mix_b, beta_b = resumed.act(logits, prior, mask, u, step, generator=resumed_gen, source=source)
         assert torch.equal(mix_a, mix_b) and torch.equal(beta_a, beta_b)
     assert original.metrics() == resumed.metrics()
     assert original.state_dict() == resumed.state_dict()
-    with pytest.raises(ValueError, match="num_envs"):
-        PriorLayer(cfg, A, num_envs=2).load_state_dict(original.state_dict())
+    assert original.refit_temperature() == resumed.refit_temperature()
 
 
 def test_other_batch_sizes_leave_the_state_alone():

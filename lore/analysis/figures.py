@@ -184,33 +184,43 @@ def call_density(calls: pd.DataFrame, last_step: float, bin_steps: float) -> tup
     return (edges[:-1] + edges[1:]) / 2, counts / np.diff(edges) * 1000.0
 
 
+PRIOR_DYNAMICS_ROWS = (
+    ("beta_mean", r"mixing weight $\beta$ (mean)"),
+    ("trust_llm", "advice trust (LLM answers)"),
+)
+
+
 def plot_prior_dynamics(runs: list[Run], settings: AnalysisSettings, out_dir: Path) -> list[Path]:
     plt = _pyplot()
     metrics = tidy(runs, "metrics")
     envs = sorted({r.env for r in runs})
-    fig, axes = plt.subplots(2, max(1, len(envs)), figsize=(5.2 * max(1, len(envs)), 5.6), squeeze=False,
+    rows = len(PRIOR_DYNAMICS_ROWS) + 1
+    fig, axes = plt.subplots(rows, max(1, len(envs)), figsize=(5.2 * max(1, len(envs)), 2.6 * rows), squeeze=False,
                              sharex="col")
     with_beta = set(metrics.loc[metrics["beta_mean"].notna(), "ablation"]) if "beta_mean" in metrics else set()
     with_calls = {r.ablation for r in runs if len(r.llm_calls)}
     colors = palette(sorted({r.ablation for r in runs}))
     for col, env in enumerate(envs):
-        ax_beta, ax_calls = axes[0, col], axes[1, col]
+        ax_calls = axes[-1, col]
         env_runs = [r for r in runs if r.env == env]
         candidates = sorted({r.ablation for r in env_runs} & (with_beta | with_calls))
         if not candidates:
-            _no_data(ax_beta, "no LLM-prior ablation in this grid")
-            _no_data(ax_calls, "no LLM calls logged")
-            ax_beta.set_title(env_label(env))
+            for ax in axes[:, col]:
+                _no_data(ax, "no LLM-prior ablation in this grid")
+            axes[0, col].set_title(env_label(env))
             continue
         last = max(float(r.eval["env_step"].max()) for r in env_runs if len(r.eval))
         bin_steps = max(last / 20.0, 1.0)
         for ablation in _focus(candidates):
             data = metrics[(metrics["env"] == env) & (metrics["ablation"] == ablation)]
-            if "beta_mean" in data and data["beta_mean"].notna().any():
-                grid, matrix = curves_on_grid(data, "beta_mean")
-                mean, low, high = bootstrap_band(matrix, settings.confidence, seed=settings.seed)
-                ax_beta.plot(grid, mean, color=colors[ablation], label=ablation)
-                ax_beta.fill_between(grid, low, high, color=colors[ablation], alpha=0.15, lw=0)
+            for row, (column, _) in enumerate(PRIOR_DYNAMICS_ROWS):
+                # trust is drawn only for arms that use it (others log a constant 0.5)
+                uses = column != "trust_llm" or ablation_uses_trust(data)
+                if uses and column in data and data[column].notna().any():
+                    grid, matrix = curves_on_grid(data, column)
+                    mean, low, high = bootstrap_band(matrix, settings.confidence, seed=settings.seed)
+                    axes[row, col].plot(grid, mean, color=colors[ablation], label=ablation)
+                    axes[row, col].fill_between(grid, low, high, color=colors[ablation], alpha=0.15, lw=0)
             densities = []
             for run in (r for r in env_runs if r.ablation == ablation):
                 centres, density = call_density(run.llm_calls, last, bin_steps)
@@ -219,12 +229,22 @@ def plot_prior_dynamics(runs: list[Run], settings: AnalysisSettings, out_dir: Pa
                 mean, low, high = bootstrap_band(np.asarray(densities), settings.confidence, seed=settings.seed)
                 ax_calls.plot(centres, mean, color=colors[ablation], label=ablation, drawstyle="steps-mid")
                 ax_calls.fill_between(centres, low, high, color=colors[ablation], alpha=0.15, lw=0, step="mid")
-        ax_beta.set_title(env_label(env))
-        ax_beta.set_ylabel(r"mixing weight $\beta$ (mean)")
+        axes[0, col].set_title(env_label(env))
+        for row, (_, label) in enumerate(PRIOR_DYNAMICS_ROWS):
+            axes[row, col].set_ylabel(label)
+        axes[1, col].axhline(0.5, color="0.6", lw=0.8, ls=":")
         ax_calls.set_ylabel("LLM API calls / 1k steps")
         _steps_axis(ax_calls)
     _legend_below(fig, axes)
     return _save(fig, out_dir, "prior_dynamics")
+
+
+def ablation_uses_trust(metrics: pd.DataFrame) -> bool:
+    """Whether these metrics rows come from runs whose trust moved (arms without prior.trust log 0.5)."""
+    if "trust_llm" not in metrics:
+        return False
+    values = metrics["trust_llm"].dropna()
+    return bool(len(values)) and bool((values - 0.5).abs().max() > 1e-9)
 
 
 # --------------------------------------------------------------------------- KL, lambda, entropy, T

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from lore.dreamer.behavior import (
     Actor,
     Critic,
+    bootstrap_head_mask,
     critic_losses,
     ema_update_,
     imagination_weights,
@@ -147,6 +148,7 @@ class DreamerAgent:
             "features_mask": take("features_mask", (batch,)),
         }
         out["prior_logits"] = _sanitise_prior(out["prior_logits"], out["mask"])
+        out["source"] = take("source", (batch,))
         return out
 
     @torch.no_grad()
@@ -169,7 +171,8 @@ class DreamerAgent:
             "disagreement": self.wm.expected_disagreement(latent, logits_wm.exp()),
         }
         logits_mix, beta = self.prior.act(logits_wm, llm_in["prior_logits"], llm_in["mask"], u,
-                                          self.env_step, generator=self.generator)
+                                          self.env_step, generator=self.generator, source=llm_in["source"],
+                                          is_first=is_first)
         action, action_wm = gumbel_argmax_pair(logits_mix, logits_wm, self.generator, sample)
         new_state = {"deter": post["deter"], "stoch": post["stoch"],
                      "prev_action": F.one_hot(action, self.num_actions).float()}
@@ -253,6 +256,7 @@ class DreamerAgent:
         defaults = {
             "llm_prior_logits": (b, t, self.num_actions), "llm_mask": (b, t), "llm_confidence": (b, t),
             "llm_beta": (b, t), "llm_features": (b, t, self.cfg.features.n_features), "llm_features_mask": (b, t),
+            "llm_source": (b, t),
         }
         for key, shape in defaults.items():
             value = _get(batch, key)
@@ -290,7 +294,8 @@ class DreamerAgent:
         if 0 < imag_last < post["deter"].shape[1]:
             post = {k: post[k][:, -imag_last:] for k in ("deter", "stoch")}
             data = {**data, **{k: data[k][:, -imag_last:] for k in
-                               ("is_terminal", "llm_prior_logits", "llm_mask", "llm_confidence", "llm_beta")}}
+                               ("is_terminal", "llm_prior_logits", "llm_mask", "llm_confidence", "llm_beta",
+                                "llm_source")}}
         n = post["deter"].shape[0] * post["deter"].shape[1]
         start = {"deter": post["deter"].reshape(n, -1).detach(),
                  "stoch": post["stoch"].reshape(n, *post["stoch"].shape[2:]).detach()}
@@ -335,8 +340,11 @@ class DreamerAgent:
         advantage = torch.cat([advantage[:1] + bonus.detach()[None], advantage[1:]], 0)
         loss_actor, entropy = reinforce_loss(logits, actions, advantage, weight[:-1], d.actor_entropy)
         loss_prior, prior_metrics = self.prior.actor_loss(
-            logits[0], prior_logits, mask, data["llm_confidence"].reshape(n), data["llm_beta"].reshape(n))
-        loss_critic, loss_slow = critic_losses(value_logits[:, :-1], returns, slow_values, weight[:-1], self.wm.bins)
+            logits[0], prior_logits, mask, data["llm_confidence"].reshape(n), data["llm_beta"].reshape(n),
+            data["llm_source"].reshape(n))
+        head_weight = bootstrap_head_mask(value_logits.shape[0], n, d.value_bootstrap, self.generator, feat.device)
+        loss_critic, loss_slow = critic_losses(value_logits[:, :-1], returns, slow_values, weight[:-1], self.wm.bins,
+                                               head_weight)
 
         metrics = {
             "entropy_imag": entropy.item(),
@@ -349,9 +357,39 @@ class DreamerAgent:
             "loss_slow_reg": loss_slow.item() / value_logits.shape[0],
         }
         metrics.update({k: float(v) for k, v in prior_metrics.items()})
+        if self.prior.wants_advice_values():
+            metrics.update(self._score_advice(start, prior_logits, mask, data["llm_source"].reshape(n), scale))
         internals = {"feat": feat, "actions": actions, "returns": returns, "values": values, "weight": weight}
         return ({"actor": loss_actor, "prior": loss_prior}, {"critic": loss_critic, "slow_reg": loss_slow},
                 metrics, internals)
+
+    @torch.no_grad()
+    def advice_q_values(self, start: dict[str, Tensor]) -> Tensor:
+        """One-step values ``Q(s, a) = r(s') + gamma * c(s') * V(s')`` of every action: states [M] -> [M, A].
+
+        One imagined prior step per (state, action) pair; ``V`` is the critic ensemble's mean.
+        """
+        m, a = start["deter"].shape[0], self.num_actions
+        state = {k: v.repeat_interleave(a, 0) for k, v in start.items()}  # [M*A, ...], actions vary fastest
+        actions = torch.eye(a, device=self.device).repeat(m, 1)
+        nxt, _ = self.wm.rssm.img_step(state, actions, self.generator)
+        feat = self.wm.rssm.features(nxt)
+        q = self.wm.reward(feat) + self.cfg.dreamer.gamma * self.wm.continue_prob(feat) * \
+            self.critic.values(feat).mean(0)
+        return q.reshape(m, a)
+
+    def _score_advice(self, start: dict[str, Tensor], prior_logits: Tensor, mask: Tensor, codes: Tensor,
+                      scale: float) -> dict[str, float]:
+        """Score up to ``prior.trust_states`` advised start states and feed the prior layer's trust and T."""
+        rows = torch.nonzero(mask > 0).flatten()
+        if rows.numel() == 0:
+            return {}
+        limit = int(self.cfg.prior.trust_states)
+        if rows.numel() > limit:
+            pick = torch.randperm(rows.numel(), generator=self.generator, device=self.generator.device)[:limit]
+            rows = rows[pick.to(rows.device)]
+        q = self.advice_q_values({k: v[rows] for k, v in start.items()}) / float(scale)
+        return self.prior.observe_advice_values(q, prior_logits[rows], codes[rows])
 
     def train_step(self, batch) -> dict[str, float]:
         """One DreamerV3 update (world model, then actor and critic in imagination) -> flat metrics."""

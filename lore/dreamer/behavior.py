@@ -82,16 +82,40 @@ def reinforce_loss(logits: Tensor, actions: Tensor, advantage: Tensor, weight: T
     return (loss * weight.detach()).mean(), entropy.detach().mean()
 
 
+def bootstrap_head_mask(heads: int, n: int, keep: float, generator: torch.Generator | None = None,
+                        device: torch.device | str | None = None) -> Tensor:
+    """``[K, N]`` loss weights: each head trains on a Bernoulli(``keep``) subset of the N start states.
+
+    Bootstrapped DQN (Osband et al. 2016): heads that see different data disagree where data are
+    scarce, so their spread is a value-uncertainty signal (with shared targets and zero-initialised
+    outputs the heads stay identical up to ~1e-5). Weights are ``mask / keep`` so each head's loss
+    keeps its expected scale; ``keep = 1`` trains every head on every state.
+    """
+    if not 0.0 < keep <= 1.0:
+        raise ValueError(f"dreamer.value_bootstrap must be in (0, 1], got {keep}")
+    if keep == 1.0:
+        return torch.ones(heads, n, device=device)
+    gen_device = generator.device if generator is not None else torch.device(device or "cpu")
+    mask = (torch.rand(heads, n, generator=generator, device=gen_device) < keep).float()
+    return (mask / keep).to(device) if device is not None else mask / keep
+
+
 def critic_losses(value_logits: Tensor, returns: Tensor, slow_values: Tensor, weight: Tensor,
-                  bins: Tensor) -> tuple[Tensor, Tensor]:
+                  bins: Tensor, head_weight: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """Two-hot CE of every head toward the λ-returns and toward its slow copy's mean value.
 
     value_logits [K, H, N, bins] (states s_0 .. s_{H-1}), returns [H, N], slow_values [K, H, N],
-    weight [H, N]. Each head's loss is averaged over (H, N) and the heads are summed, so every
-    head is trained exactly as a single DreamerV3 critic would be.
+    weight [H, N], head_weight [K, N] (bootstrap weights per head and start state, None = all 1).
+    Each head's loss is averaged over (H, N) and the heads are summed, so every head is trained
+    exactly as a single DreamerV3 critic would be (on its own bootstrap sample).
     Returns (critic loss, slow regulariser).
     """
-    w = weight.detach()
+    w = weight.detach()[None]  # [1, H, N]
+    if head_weight is not None:
+        if head_weight.shape != (value_logits.shape[0], value_logits.shape[2]):
+            raise ValueError(f"head_weight must be [K, N]={(value_logits.shape[0], value_logits.shape[2])}, "
+                             f"got {tuple(head_weight.shape)}")
+        w = w * head_weight.detach()[:, None, :]  # [K, H, N]
     log_probs = torch.log_softmax(value_logits, -1)  # shared by both terms
     ce = -twohot_log_prob(log_probs, returns.detach()[None], bins)  # [K, H, N]
     reg = -twohot_log_prob(log_probs, slow_values.detach(), bins)

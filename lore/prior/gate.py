@@ -1,11 +1,18 @@
 """The uncertainty gate: how much of the LLM prior to mix in at a state.
 
-``beta(s) = beta_max(t) * sigmoid(kappa * (u(s) - tau))`` where ``u`` is a weighted mean of three
-EMA-normalised uncertainty signals (policy entropy, critic-ensemble variance, world-model
-ensemble disagreement). A per-env hysteresis picks ``tau``: the gate opens when ``u > tau_high``
-and closes only when ``u < tau_low``; while open ``tau = tau_low`` (beta stays high on a plateau of
-uncertainty), while closed ``tau = tau_high``. ``beta_max(t)`` ramps up linearly over the warm-up
-(counted in ENV STEPS) and can then be annealed to 0.
+``beta(s) = beta_max(t) * trust(source) * u(s)`` where ``u in [0, 1]`` is a weighted mean of three
+bounded uncertainty signals, each high where the agent is unsure:
+
+- policy entropy as a fraction of its maximum, ``H(pi_wm) / log A`` (1 = uniform policy);
+- critic-ensemble variance (bootstrapped heads) and world-model ensemble disagreement, each as
+  ``x / (x + mean(x))`` against its own running mean: 0.5 at a typical state, towards 1 where the
+  spread is far above typical, towards 0 where it is far below.
+
+No z-scoring: a z-score is centred on 0 and put the gate half-closed on average (beta ~ 0.12 at the
+old thresholds, measured), while these signals keep their meaning ("how unsure, on an absolute or
+relative scale") from the first step. ``trust`` (see :mod:`lore.prior.trust`) scales the gate
+down for advice that the agent's own value estimates rate worse than average. ``beta_max(t)``
+ramps up linearly over the warm-up (counted in ENV STEPS) and can then be annealed to 0.
 """
 
 from __future__ import annotations
@@ -18,10 +25,43 @@ import torch
 UNCERTAINTY_KEYS = ("entropy", "value_var", "disagreement")
 
 
-def gate_beta(u: torch.Tensor, beta_max: float | torch.Tensor, kappa: float,
-              tau: float | torch.Tensor) -> torch.Tensor:
-    """``beta_max * sigmoid(kappa * (u [B] - tau))`` -> ``[B]`` (tau may be per env ``[B]``)."""
-    return beta_max * torch.sigmoid(kappa * (u - tau))
+def entropy_fraction(entropy: torch.Tensor, num_actions: int) -> torch.Tensor:
+    """``H / log A`` clipped to ``[0, 1]``: ``[B] -> [B]``."""
+    if num_actions < 2:
+        raise ValueError(f"num_actions must be >= 2, got {num_actions}")
+    return (entropy / math.log(num_actions)).clamp(0.0, 1.0)
+
+
+def ratio_to_mean(x: torch.Tensor, mean: float, eps: float = 1e-12) -> torch.Tensor:
+    """``x / (x + mean)`` in ``[0, 1]`` for a non-negative spread ``x [B]`` (0.5 when both are 0)."""
+    x = x.clamp(min=0.0)
+    return (x + eps) / (x + max(mean, 0.0) + 2 * eps)
+
+
+def bounded_uncertainty(signals: Sequence[torch.Tensor], weights: Sequence[float], num_actions: int,
+                        means: Sequence[float]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """Weighted mean of the three bounded signals -> ``(u [B], [u_entropy, u_value, u_disagreement])``.
+
+    ``signals``: raw entropy (nats), value variance and disagreement, each ``[B]``; ``means``: the
+    running means of the last two (the first entry is ignored: entropy has an absolute scale).
+    A weight of 0 drops a signal; dividing by the weight sum keeps ``u`` in ``[0, 1]``.
+    """
+    if len(signals) != 3 or len(weights) != 3 or len(means) != 3:
+        raise ValueError("signals, weights and means must have 3 entries (entropy, value_var, disagreement)")
+    if any(w < 0 for w in weights):
+        raise ValueError(f"uncertainty weights must be >= 0, got {list(weights)}")
+    total = float(sum(weights))
+    if total <= 0:
+        raise ValueError("at least one uncertainty weight (prior.w_entropy, w_value, w_disagreement) must be > 0")
+    shape = signals[0].shape
+    for key, signal in zip(UNCERTAINTY_KEYS, signals, strict=True):
+        if signal.shape != shape:
+            raise ValueError(f"uncertainty signal {key} has shape {tuple(signal.shape)}, expected {tuple(shape)}")
+    parts = [entropy_fraction(torch.nan_to_num(signals[0].float()), num_actions),
+             ratio_to_mean(torch.nan_to_num(signals[1].float()), means[1]),
+             ratio_to_mean(torch.nan_to_num(signals[2].float()), means[2])]
+    u = sum(w * part for w, part in zip(weights, parts, strict=True)) / total
+    return u, parts
 
 
 class EMANormalizer:
@@ -76,53 +116,6 @@ class EMANormalizer:
         self._sq = float(state["sq"])
         self.count = int(state["count"])
         self.decay = float(state.get("decay", self.decay))
-
-
-def combine_uncertainty(u_entropy: torch.Tensor, u_value_var: torch.Tensor, u_disagreement: torch.Tensor,
-                        weights: Sequence[float],
-                        normalisers: Sequence[EMANormalizer] | None = None) -> torch.Tensor:
-    """Weighted MEAN of the (z-scored) signals ``[B]`` -> ``u [B]``.
-
-    Each signal is z-scored by its own normaliser (``None`` uses it raw), then
-    ``u = sum_i w_i z_i / sum_i w_i``: dividing by the weight sum keeps ``u`` (and so ``tau``) in
-    z-score units however many signals are switched on. A weight of 0 drops a signal.
-    """
-    signals = (u_entropy, u_value_var, u_disagreement)
-    if len(weights) != 3:
-        raise ValueError(f"weights must have 3 entries (entropy, value_var, disagreement), got {len(weights)}")
-    if any(w < 0 for w in weights):
-        raise ValueError(f"uncertainty weights must be >= 0, got {list(weights)}")
-    total = float(sum(weights))
-    if total <= 0:
-        raise ValueError("at least one uncertainty weight (prior.w_entropy, w_value, w_disagreement) must be > 0")
-    if normalisers is not None and len(normalisers) != 3:
-        raise ValueError(f"normalisers must have 3 entries, got {len(normalisers)}")
-    shape = signals[0].shape
-    out = torch.zeros(shape, dtype=torch.float32, device=signals[0].device)
-    for i, (signal, weight) in enumerate(zip(signals, weights, strict=True)):
-        if signal.shape != shape:
-            raise ValueError(f"uncertainty signal {UNCERTAINTY_KEYS[i]} has shape {tuple(signal.shape)}, "
-                             f"expected {tuple(shape)}")
-        if weight == 0:
-            continue
-        z = normalisers[i].normalize(signal.float()) if normalisers is not None else signal.float()
-        out = out + weight * torch.nan_to_num(z, nan=0.0)
-    return out / total
-
-
-def hysteresis_update(is_open: torch.Tensor, u: torch.Tensor, tau_low: float, tau_high: float) -> torch.Tensor:
-    """New per-env gate state ``[B] bool``: opens when ``u > tau_high``, closes when ``u < tau_low``."""
-    if tau_low > tau_high:
-        raise ValueError(f"tau_low ({tau_low}) must be <= tau_high ({tau_high})")
-    return (is_open | (u > tau_high)) & ~(u < tau_low)
-
-
-def hysteresis_beta(u: torch.Tensor, is_open: torch.Tensor, beta_max: float, kappa: float,
-                    tau_low: float, tau_high: float) -> torch.Tensor:
-    """β for gate states ``is_open [B]``: threshold ``tau_low`` while open, ``tau_high`` while closed."""
-    tau = torch.where(is_open, torch.as_tensor(tau_low, dtype=u.dtype, device=u.device),
-                      torch.as_tensor(tau_high, dtype=u.dtype, device=u.device))
-    return gate_beta(u, beta_max, kappa, tau)
 
 
 def warmup_factor(env_step: int, warmup_steps: int) -> float:

@@ -2,8 +2,13 @@
 
 Three mutually exclusive modes (``prior.kl_mode``):
 
-- ``lagrangian``: penalise ``lambda * relu(KL(sg(pi_mix) || pi_wm) - delta)`` and adapt ``lambda`` by
-  dual ascent, so the mixed policy stays within ``delta`` nats of the base policy on average;
+- ``lagrangian``: two parts with two jobs. (1) A hard trust region at act time: per state, beta is
+  lowered (bisection, :func:`project_beta_to_kl`) until ``KL(pi_mix || pi_wm) <= kl_bound``, so the
+  policy that acts never departs from the learned policy by more than ``kl_bound`` nats.
+  (2) An absorption constraint on the actor: ``lambda * relu(KL(sg(pi_mix) || pi_wm) - delta)`` with
+  dual ascent on ``lambda``; it pulls pi_wm towards the (bounded) mixed policy until they are within
+  ``delta`` on replayed advised states, i.e. it distils the advice the agent acted on into the actor;
+  as the actor absorbs it, the same bound admits a larger tilt next time (a trust-region curriculum);
 - ``prior_reg``: pull the policy towards the prior, ``lambda_kl * w * KL(pi_wm || rho)``;
 - ``bonus``: add ``beta_bonus * log rho(a)`` to the advantage of the taken action.
 """
@@ -28,6 +33,36 @@ def categorical_kl(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tens
     p_log = torch.log_softmax(p_logits, dim=-1)
     q_log = torch.log_softmax(q_logits, dim=-1)
     return (p_log.exp() * (p_log - q_log)).sum(-1)
+
+
+def project_beta_to_kl(logits_wm: torch.Tensor, tilt: torch.Tensor, beta: torch.Tensor, bound: float,
+                       iterations: int = 30) -> torch.Tensor:
+    """Largest ``beta' <= beta [B]`` with ``KL(softmax(l_wm + beta' tilt) || softmax l_wm) <= bound`` -> ``[B]``.
+
+    ``logits_wm [B,A]``, ``tilt [B,A]`` (the prior over T). The KL grows monotonically with beta
+    (its derivative is ``beta * Var_mix(tilt) >= 0``), so bisection on ``[0, beta]`` finds it; rows
+    already within the bound keep their beta exactly.
+    """
+    if bound <= 0:
+        raise ValueError(f"kl bound must be > 0, got {bound}")
+    if logits_wm.shape != tilt.shape or beta.shape != logits_wm.shape[:1]:
+        raise ValueError(f"logits_wm {tuple(logits_wm.shape)}, tilt {tuple(tilt.shape)} and beta "
+                         f"{tuple(beta.shape)} must be [B, A], [B, A], [B]")
+    wm = logits_wm.detach().double()
+    tilt = tilt.detach().double()
+    beta = beta.detach().double()
+
+    def kl_at(b: torch.Tensor) -> torch.Tensor:
+        return categorical_kl(wm + b[:, None] * tilt, wm)
+
+    within = kl_at(beta) <= bound
+    lo, hi = torch.zeros_like(beta), beta.clone()
+    for _ in range(iterations):
+        mid = (lo + hi) / 2
+        ok = kl_at(mid) <= bound
+        lo = torch.where(ok, mid, lo)
+        hi = torch.where(ok, hi, mid)
+    return torch.where(within, beta, lo).to(logits_wm.dtype)
 
 
 def lagrangian_penalty(kl: torch.Tensor, lam: float, delta: float, mask: torch.Tensor | None = None) -> torch.Tensor:

@@ -1,21 +1,23 @@
 """PriorLayer: the stateful part of LoRe's LLM prior.
 
-It owns everything that must survive from one step to the next and across a resume: the EMA
-normalisers of the three uncertainty signals, the per-env hysteresis flags of the gate, the KL
-multiplier ``lambda`` (dual variable), the temperature ``T`` and the counters behind
+It owns everything that must survive from one step to the next and across a resume: the running
+means of the uncertainty signals, the per-source advice trust, the KL multiplier ``lambda`` (dual
+variable), the temperature ``T`` with its calibration labels, and the counters behind
 :meth:`PriorLayer.metrics`. The maths lives in the pure functions of :mod:`lore.prior.mixing`,
-:mod:`lore.prior.gate`, :mod:`lore.prior.temperature` and :mod:`lore.prior.kl_control`.
+:mod:`lore.prior.gate`, :mod:`lore.prior.trust`, :mod:`lore.prior.temperature` and
+:mod:`lore.prior.kl_control`.
 
-At act time (per env, ``u`` = EMA-normalised weighted uncertainty)::
+At act time (per env)::
 
-    beta = beta_max(env_step) * sigmoid(kappa * (u - tau))   # gate == "uncertainty", tau by hysteresis
-    beta = beta_max(env_step)                                # gate == "fixed"
-    beta = 0 where mask == 0, where beta-dropout fired, or when the prior is disabled
+    beta = beta_max(env_step) * u(s)                 # gate == "uncertainty", u in [0, 1]
+    beta = beta_max(env_step)                        # gate == "fixed"
+    beta = beta * trust(source)                      # prior.trust
+    beta = 0 where mask == 0, where beta-dropout fired, in a control episode, or when the prior is disabled
+    beta = largest beta' <= beta with KL(pi_mix || pi_wm) <= kl_bound   # kl_mode == "lagrangian"
     logits_mix = logits_wm + beta * stopgrad(prior_logits / T)
 
 Calls to :meth:`act` whose batch size differs from ``num_envs`` (e.g. a separate evaluation
-batch) use the gate without hysteresis memory (every env starts closed) and leave the layer's
-state (normalisers, flags, metrics) untouched.
+batch) leave the layer's state (running means, metrics) untouched.
 """
 
 from __future__ import annotations
@@ -31,27 +33,33 @@ from lore.prior.gate import (
     EMANormalizer,
     beta_dropout_keep,
     beta_max_schedule,
-    combine_uncertainty,
-    hysteresis_beta,
-    hysteresis_update,
+    bounded_uncertainty,
 )
 from lore.prior.kl_control import (
     advantage_bonus,
     categorical_kl,
     dual_ascent,
-    lagrangian_penalty,
     masked_mean,
     prior_kl_regulariser,
+    project_beta_to_kl,
 )
 from lore.prior.mixing import categorical_entropy, mix_logits
 from lore.prior.temperature import fit_temperature
+from lore.prior.trust import AdviceTrust
 
-_STATE_VERSION = 1
+_STATE_VERSION = 2
+_LABEL_CAPACITY = 4096
+
+# Separation of the gate's parts between advised states where the advice's top action differs
+# from the policy's ("disagree") and where it is the same ("agree").
+_SEPARATION_PARTS = ("u_entropy_frac", "u_value_ratio", "u_disagreement_ratio", "beta")
+_SEPARATION_KEYS = tuple(f"{part}_{side}" for part in _SEPARATION_PARTS for side in ("disagree", "agree"))
 
 # Running sums behind metrics(): reset by every metrics() call.
 _ACC_KEYS = ("n_act", "beta_sum", "beta_sq", "n_applied", "beta_applied_sum", "mask_sum", "open_sum",
              "u_entropy", "u_value_var", "u_disagreement", "n_u", "entropy_wm", "entropy_mix",
-             "n_loss", "prior_loss", "u_gate", "n_gate", "kl_act")
+             "n_loss", "prior_loss", "u_gate", "n_gate", "kl_act", "kl_clipped", "n_disagree", "n_agree",
+             *_SEPARATION_KEYS)
 
 
 def _zero_acc() -> dict[str, float]:
@@ -68,8 +76,6 @@ class PriorLayer:
             raise ValueError(f"prior.gate must be fixed|uncertainty, got {cfg.gate!r}")
         if cfg.kl_mode not in ("none", "lagrangian", "prior_reg", "bonus"):
             raise ValueError(f"prior.kl_mode must be none|lagrangian|prior_reg|bonus, got {cfg.kl_mode!r}")
-        if cfg.tau_low > cfg.tau_high:
-            raise ValueError(f"prior.tau_low ({cfg.tau_low}) must be <= prior.tau_high ({cfg.tau_high})")
         if not 0 < cfg.temperature_min <= cfg.temperature_max:
             raise ValueError("prior.temperature_min/max must satisfy 0 < min <= max")
         if not cfg.temperature > 0:
@@ -87,12 +93,17 @@ class PriorLayer:
         self.lambda_kl = 0.0
         """Dual variable of the KL Lagrangian (``kl_mode == "lagrangian"``); starts at 0."""
         self.normalisers = [EMANormalizer(cfg.ema_decay) for _ in UNCERTAINTY_KEYS]
-        self.gate_open = torch.zeros(self.num_envs, dtype=torch.bool)
+        self.trust = AdviceTrust(cfg.trust_decay, cfg.trust_gain)
+        self.control = torch.zeros(self.num_envs, dtype=torch.bool)
+        """Per env: is the current episode a control episode (prior off throughout)?"""
+        self.labels: list[tuple[torch.Tensor, int]] = []
+        """(prior logits [A], best action by one-step value) of recent advised replay states: T's data."""
         self.act_calls = 0
         self.last_env_step = 0
         self.last_refit_step: int | None = None
         self.refits = 0
         self.refits_skipped = 0
+        self.refits_at_bound = 0
         self._acc = _zero_acc()
 
     # ------------------------------------------------------------------ schedule
@@ -151,10 +162,43 @@ class PriorLayer:
         if mask.shape != logits_wm.shape[:1]:
             raise ValueError(f"mask must be [B]={tuple(logits_wm.shape[:1])}, got {tuple(mask.shape)}")
 
+    def gate_u(self, signals: list[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """``u [B]`` in [0, 1] and its three parts from the raw signals (running means as they stand)."""
+        means = [n.mean for n in self.normalisers]
+        return bounded_uncertainty(signals, self.weights, self.num_actions, means)
+
+    def trust_scale(self, source: torch.Tensor | None, batch: int, device: torch.device) -> torch.Tensor:
+        """Per-env multiplier of beta, ``min(1, 2 * trust)`` of each env's advice source (1 without ``prior.trust``).
+
+        Uninformed advice (trust 0.5) acts at full strength, so good advice can lead the agent to the
+        reward that produces the evidence; advice the critic rates below average fades out.
+        """
+        if not self.cfg.trust or source is None:
+            return torch.ones(batch, device=device)
+        trust = self.trust.values_for(torch.as_tensor(source, device=device).reshape(-1)).to(device)
+        return (2.0 * trust).clamp(max=1.0)
+
+    def absorb_weight(self, source: torch.Tensor | None, rows: int, device: torch.device) -> torch.Tensor:
+        """Per-row weight of the KL absorption term, ``clip(2 * trust - 1, 0, 1)`` (1 without ``prior.trust``).
+
+        Acting on advice needs no evidence, distilling it into the actor does: the actor is pulled only
+        towards advice whose value the agent's own critic rates above average.
+        """
+        if not self.cfg.trust or source is None:
+            return torch.ones(rows, device=device)
+        trust = self.trust.values_for(torch.as_tensor(source, device=device).reshape(-1)).to(device)
+        return (2.0 * trust - 1.0).clamp(0.0, 1.0)
+
     def act(self, logits_wm: torch.Tensor, prior_logits: torch.Tensor | None, mask: torch.Tensor,
             u: Mapping[str, torch.Tensor] | None, env_step: int,
-            generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(logits_mix [B,A], beta [B])`` for one act step of ``B`` envs (see the module docstring)."""
+            generator: torch.Generator | None = None,
+            source: torch.Tensor | None = None,
+            is_first: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(logits_mix [B,A], beta [B])`` for one act step of ``B`` envs (see the module docstring).
+
+        ``source [B]``: the advice source code of each env (:func:`lore.prior.trust.source_code`);
+        ``is_first [B]``: episode starts, where each env draws whether the episode is a control episode.
+        """
         mask = torch.as_tensor(mask, device=logits_wm.device)
         self._check_batch(logits_wm, mask)
         batch, device = logits_wm.shape[0], logits_wm.device
@@ -167,37 +211,50 @@ class PriorLayer:
                 for normaliser, signal in zip(self.normalisers, signals, strict=True):
                     normaliser.update(signal)
             beta_max_now = self.beta_max_at(env_step)
-            is_open, u_comb = None, None
+            u_comb, parts = None, None
+            if signals is not None:
+                u_comb, parts = self.gate_u(signals)
             if not self.cfg.enabled:
                 beta = torch.zeros(batch, device=device)
             else:
                 if self.cfg.gate == "fixed":
                     beta = torch.full((batch,), beta_max_now, device=device)
                 else:
-                    if signals is None:
+                    if u_comb is None:
                         raise ValueError("PriorLayer.act: gate 'uncertainty' needs u = {'entropy', "
                                          "'value_var', 'disagreement'}")
-                    u_comb = combine_uncertainty(*signals, weights=self.weights, normalisers=self.normalisers)
-                    previous = self.gate_open.to(device) if stateful else torch.zeros(batch, dtype=torch.bool,
-                                                                                      device=device)
-                    is_open = hysteresis_update(previous, u_comb, self.cfg.tau_low, self.cfg.tau_high)
-                    beta = hysteresis_beta(u_comb, is_open, beta_max_now, self.cfg.kappa,
-                                           self.cfg.tau_low, self.cfg.tau_high)
+                    beta = beta_max_now * (u_comb.to(device) / self.cfg.gate_full_at).clamp(max=1.0)
+                beta = beta * self.trust_scale(source, batch, device)
                 keep = beta_dropout_keep(batch, self.cfg.dropout, generator, device)
+                if stateful:
+                    self._draw_control_episodes(is_first, generator)
+                    keep = keep & ~self.control.to(device)
                 beta = beta * keep * (mask > 0)
             beta = beta.to(logits_wm.dtype)
+            beta_unbounded = beta
+            if self.cfg.enabled and self.cfg.kl_mode == "lagrangian" and bool((beta > 0).any()):
+                beta = project_beta_to_kl(logits_wm, prior / self.temperature, beta, self.cfg.kl_bound)
 
         logits_mix = mix_logits(logits_wm, prior, beta, self.temperature)
 
         if stateful:
-            if is_open is not None:
-                self.gate_open = is_open.detach().cpu()
             self.act_calls += 1
             self.last_env_step = int(env_step)
-            self._record_act(logits_wm, logits_mix, beta, mask, signals, u_comb)
+            self._record_act(logits_wm, logits_mix, beta, beta_unbounded, mask, prior, signals, u_comb, parts)
         return logits_mix, beta
 
-    def _record_act(self, logits_wm, logits_mix, beta, mask, signals, u_comb) -> None:
+    def _draw_control_episodes(self, is_first: torch.Tensor | None, generator: torch.Generator | None) -> None:
+        """At each env's episode start, make the episode a control episode with prob ``control_episodes``."""
+        if is_first is None or self.cfg.control_episodes <= 0:
+            return
+        starts = torch.as_tensor(is_first).reshape(-1).bool().cpu()
+        if not bool(starts.any()):
+            return
+        gen_device = generator.device if generator is not None else torch.device("cpu")
+        draw = (torch.rand(self.num_envs, generator=generator, device=gen_device) < self.cfg.control_episodes).cpu()
+        self.control = torch.where(starts, draw, self.control)
+
+    def _record_act(self, logits_wm, logits_mix, beta, beta_unbounded, mask, prior, signals, u_comb, parts) -> None:
         acc = self._acc
         with torch.no_grad():
             if u_comb is not None:
@@ -211,13 +268,17 @@ class PriorLayer:
             acc["n_applied"] += applied.sum().item()
             acc["beta_applied_sum"] += beta[applied].sum().item()
             acc["mask_sum"] += applied.double().sum().item()
+            acc["kl_clipped"] += (beta_unbounded.double() > beta + 1e-9).double().sum().item()
             if bool(applied.any()):  # how far the policy that acts departs from the base policy
                 kl = categorical_kl(logits_mix.detach()[applied].double(), logits_wm.detach()[applied].double())
                 acc["kl_act"] += kl.sum().item()
-            if self.cfg.gate == "fixed":  # a fixed gate is always open while the prior is on
-                acc["open_sum"] += float(beta.numel()) if self.cfg.enabled else 0.0
-            else:
-                acc["open_sum"] += self.gate_open.double().sum().item()
+                if parts is not None:
+                    disagree = logits_wm.detach().argmax(-1) != prior.argmax(-1)
+                    for side, rows in (("disagree", applied & disagree), ("agree", applied & ~disagree)):
+                        acc[f"n_{side}"] += rows.double().sum().item()
+                        for name, value in zip(_SEPARATION_PARTS, [*parts, beta], strict=True):
+                            acc[f"{name}_{side}"] += value.double()[rows].sum().item()
+            acc["open_sum"] += (beta > 0).double().sum().item()
             acc["entropy_wm"] += categorical_entropy(logits_wm.detach().double()).sum().item()
             acc["entropy_mix"] += categorical_entropy(logits_mix.detach().double()).sum().item()
             if signals is not None:
@@ -241,7 +302,8 @@ class PriorLayer:
         return tuple(out)
 
     def actor_loss(self, logits_wm: torch.Tensor, prior_logits: torch.Tensor, mask: torch.Tensor,
-                   confidence: torch.Tensor, beta: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+                   confidence: torch.Tensor, beta: torch.Tensor,
+                   source: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
         """Prior term of the actor loss for ``logits_wm [..., A]`` (with grad) and per-row ``[...]`` inputs.
 
         ``lagrangian``: ``lambda * relu(KL(pi_mix || pi_wm) - delta)``, masked mean, where ``pi_mix``
@@ -254,7 +316,10 @@ class PriorLayer:
             raise ValueError(f"logits_wm last dim must be {self.num_actions}, got {tuple(logits_wm.shape)}")
         if prior_logits.shape != logits_wm.shape:
             raise ValueError(f"prior_logits shape {tuple(prior_logits.shape)} != logits_wm {tuple(logits_wm.shape)}")
-        logits, mask, confidence, beta = self._flatten(logits_wm, mask=mask, confidence=confidence, beta=beta)
+        if source is None:
+            source = torch.zeros(logits_wm.shape[:-1], device=logits_wm.device)
+        logits, mask, confidence, beta, source = self._flatten(logits_wm, mask=mask, confidence=confidence, beta=beta,
+                                                               source=source)
         prior = self._checked_prior(prior_logits.reshape(-1, self.num_actions), mask, logits)
         if not self.cfg.enabled:
             beta = torch.zeros_like(beta)
@@ -266,8 +331,13 @@ class PriorLayer:
             # tilt), which we measured as an entropy collapse to 0.15 nats within 2k env steps.
             # With sg(pi_mix) the gradient is lambda * (pi_wm - pi_mix): it moves pi_wm towards the tilt.
             kl = categorical_kl(logits_mix.detach(), logits)
-            loss = lagrangian_penalty(kl, self.lambda_kl, self.cfg.kl_delta, mask)
-            kl_mix_wm = masked_mean(kl.detach(), mask)
+            weight = self.absorb_weight(source, kl.shape[0], kl.device)
+            absorbed = (mask > 0) & (weight > 0)
+            loss = self.lambda_kl * masked_mean(torch.relu(kl - self.cfg.kl_delta) * weight, mask)
+            # The constraint is on the trust-weighted KL, E[w (KL - delta)] <= 0: the dual variable does
+            # not grow on advice that is not being absorbed (w = 0 gives KL = delta, no dual step).
+            kl_mix_wm = (self.cfg.kl_delta + masked_mean(weight * (kl.detach() - self.cfg.kl_delta), mask)
+                         if bool(absorbed.any()) else torch.tensor(math.nan))
         else:
             with torch.no_grad():
                 kl_mix_wm = masked_mean(categorical_kl(logits_mix, logits), mask)
@@ -317,6 +387,37 @@ class PriorLayer:
             self.lambda_kl = dual_ascent(self.lambda_kl, float(kl_mean), self.cfg.kl_delta, self.cfg.kl_eta,
                                          self.cfg.lambda_max)
 
+    def wants_advice_values(self) -> bool:
+        """Whether the agent should score advised replay states (for trust or temperature calibration)."""
+        return self.cfg.enabled and (self.cfg.trust or self.cfg.align_temperature)
+
+    def observe_advice_values(self, q_values: torch.Tensor, prior_logits: torch.Tensor,
+                              codes: torch.Tensor) -> dict[str, float]:
+        """Evidence from one update: one-step values ``q [N, A]`` (return-scale units) of advised states.
+
+        Feeds the per-source trust (value z-score of the advice) and, from states where the actions
+        are distinguishable, the calibration labels ``argmax_a q`` of the temperature.
+        """
+        from lore.prior.trust import advice_value_z
+
+        if q_values.shape != prior_logits.shape or codes.shape != q_values.shape[:1]:
+            raise ValueError(f"observe_advice_values: q {tuple(q_values.shape)}, prior {tuple(prior_logits.shape)}, "
+                             f"codes {tuple(codes.shape)} must be [N, A], [N, A], [N]")
+        if q_values.shape[0] == 0:
+            return {}
+        q = q_values.detach().double().cpu()
+        prior = prior_logits.detach().double().cpu()
+        z = advice_value_z(q, prior, self.cfg.trust_min_gap)
+        self.trust.observe(z, codes.detach().cpu())
+        informative = q.std(-1, unbiased=False) > self.cfg.trust_min_gap
+        best = q.argmax(-1)
+        for row in torch.nonzero(informative).flatten().tolist():
+            self.labels.append((prior[row].float(), int(best[row])))
+        del self.labels[:-_LABEL_CAPACITY]
+        return {"advice_value_z": float(z.mean()), "advice_informative_frac": float(informative.double().mean()),
+                "advice_top_is_best": float((prior.argmax(-1) == best)[informative].double().mean())
+                if bool(informative.any()) else math.nan}
+
     def refit_due(self, env_step: int) -> bool:
         """Whether ``temperature_refit_every`` env steps passed since the last refit (align_temperature on)."""
         if not (self.cfg.enabled and self.cfg.align_temperature):
@@ -325,41 +426,30 @@ class PriorLayer:
             return True
         return env_step - self.last_refit_step >= self.cfg.temperature_refit_every
 
-    def refit_temperature(self, logits_wm: torch.Tensor, prior_logits: torch.Tensor,
-                          mask: torch.Tensor | None = None, env_step: int | None = None) -> float:
-        """Refit ``T`` in ``[temperature_min, temperature_max]`` on rows with advice; returns the new ``T``.
+    def refit_temperature(self, env_step: int | None = None) -> float:
+        """Refit ``T`` by temperature scaling on the calibration labels; returns the new ``T``.
 
-        No-op unless ``align_temperature``. Rows with ``mask == 0`` (if a mask is given) and rows whose
-        prior is constant (uniform: ``T`` changes nothing there) are ignored; no usable row keeps ``T``.
-
-        A near-uniform policy carries no information about the right scale, and matching the prior to
-        it drives ``T`` to ``temperature_max`` (which switches the prior off). So the refit is skipped
-        (``T`` kept, counted in ``temperature_refits_skipped``) while the mean policy entropy on the
-        rows exceeds ``prior.temperature_fit_max_entropy * log A`` (read with ``getattr``, default 1.0:
-        never skipped).
+        No-op unless ``align_temperature``. With fewer than ``temperature_min_labels`` labels (the
+        critic cannot yet tell actions apart) the refit is skipped and counted in
+        ``temperature_refits_skipped``; rows whose prior is uniform carry no information and are ignored.
         """
         if not (self.cfg.enabled and self.cfg.align_temperature):
             return self.temperature
-        if logits_wm.shape != prior_logits.shape or logits_wm.shape[-1] != self.num_actions:
-            raise ValueError(f"refit_temperature: logits_wm {tuple(logits_wm.shape)} and prior_logits "
-                             f"{tuple(prior_logits.shape)} must both be [..., {self.num_actions}]")
-        logits = logits_wm.detach().reshape(-1, self.num_actions)
-        prior = prior_logits.detach().reshape(-1, self.num_actions).to(logits.dtype)
-        rows = torch.isfinite(prior).all(-1) & ((prior.amax(-1) - prior.amin(-1)) > 1e-6)
-        if mask is not None:
-            rows = rows & (torch.as_tensor(mask, device=logits.device).reshape(-1) > 0)
         if env_step is not None:
             self.last_refit_step = int(env_step)
-        if rows.sum() == 0:
-            return self.temperature
-        max_entropy = float(self.cfg.temperature_fit_max_entropy)
-        entropy = categorical_entropy(logits[rows].double()).mean().item()
-        if max_entropy < 1.0 and entropy > max_entropy * math.log(self.num_actions):
+        rows = [(p, y) for p, y in self.labels if float(p.max() - p.min()) > 1e-6]
+        if len(rows) < self.cfg.temperature_min_labels:
             self.refits_skipped += 1
             return self.temperature
-        self.temperature = fit_temperature(logits[rows], prior[rows], self.cfg.temperature_min,
-                                           self.cfg.temperature_max, fallback=self.temperature)
+        prior = torch.stack([p for p, _ in rows])
+        labels = torch.tensor([y for _, y in rows])
+        self.temperature = fit_temperature(prior, labels, self.cfg.temperature_min, self.cfg.temperature_max,
+                                           fallback=self.temperature)
         self.refits += 1
+        span = math.log(self.cfg.temperature_max / self.cfg.temperature_min)
+        at_bound = span > 0 and min(abs(math.log(self.temperature / self.cfg.temperature_min)),
+                                    abs(math.log(self.cfg.temperature_max / self.temperature))) < 0.01 * span
+        self.refits_at_bound += int(at_bound)
         return self.temperature
 
     # ------------------------------------------------------------------ reporting and state
@@ -367,7 +457,7 @@ class PriorLayer:
     def metrics(self) -> dict[str, float]:
         """Means over the act / actor_loss calls since the previous ``metrics()`` call (NaN when none).
 
-        ``u_*`` are the raw signals; ``u_gate`` the EMA-normalised weighted mean the gate thresholds.
+        ``u_*`` are the raw signals; ``u_gate`` the bounded uncertainty u in [0, 1] the gate uses.
         """
         acc = self._acc
         nan = math.nan
@@ -398,7 +488,12 @@ class PriorLayer:
             "beta_max_now": self.beta_max_at(self.last_env_step),
             "temperature_refits": float(self.refits),
             "temperature_refits_skipped": float(self.refits_skipped),
+            "temperature_refits_at_bound": float(self.refits_at_bound),
+            "kl_bound_active_frac": ratio(acc["kl_clipped"], acc["n_applied"]),
+            **self.trust.metrics(),
         }
+        for key in _SEPARATION_KEYS:
+            out[key] = ratio(acc[key], acc["n_" + key.rsplit("_", 1)[1]])
         self._acc = _zero_acc()
         return out
 
@@ -407,8 +502,11 @@ class PriorLayer:
             "version": _STATE_VERSION,
             "temperature": self.temperature,
             "lambda_kl": self.lambda_kl,
-            "gate_open": self.gate_open.tolist(),
             "normalisers": [n.state_dict() for n in self.normalisers],
+            "control": self.control.tolist(),
+            "trust": self.trust.state_dict(),
+            "labels": [(p.tolist(), y) for p, y in self.labels],
+            "refits_at_bound": self.refits_at_bound,
             "act_calls": self.act_calls,
             "last_env_step": self.last_env_step,
             "last_refit_step": self.last_refit_step,
@@ -418,15 +516,19 @@ class PriorLayer:
         }
 
     def load_state_dict(self, state: dict) -> None:
+        if state.get("version") != _STATE_VERSION:
+            raise ValueError(f"PriorLayer.load_state_dict: checkpoint has prior-layer state version "
+                             f"{state.get('version')}, this release reads {_STATE_VERSION}")
         self.temperature = float(state["temperature"])
         self.lambda_kl = float(state["lambda_kl"])
-        if "version" not in state:  # written by the minimal placeholder layer: only T and lambda
-            return
-        gate_open = torch.tensor(state["gate_open"], dtype=torch.bool)
-        if gate_open.shape != (self.num_envs,):
-            raise ValueError(f"PriorLayer.load_state_dict: saved state has {gate_open.numel()} envs, "
+        control = torch.tensor(state["control"], dtype=torch.bool)
+        if control.shape != (self.num_envs,):
+            raise ValueError(f"PriorLayer.load_state_dict: saved state has {control.numel()} envs, "
                              f"this layer has num_envs={self.num_envs}")
-        self.gate_open = gate_open
+        self.control = control
+        self.trust.load_state_dict(state["trust"])
+        self.labels = [(torch.tensor(p), int(y)) for p, y in state["labels"]]
+        self.refits_at_bound = int(state["refits_at_bound"])
         for normaliser, saved in zip(self.normalisers, state["normalisers"], strict=True):
             normaliser.load_state_dict(saved)
         self.act_calls = int(state["act_calls"])

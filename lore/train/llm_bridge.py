@@ -9,14 +9,13 @@ produces zeros and does nothing else, so ``rl_only`` runs pay nothing for it.
 
 from __future__ import annotations
 
-from collections import deque
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from lore.config import RunConfig
-from lore.prior.gate import combine_uncertainty, gate_beta
+from lore.prior.trust import source_code
 
 
 class LLMBridge:
@@ -38,8 +37,6 @@ class LLMBridge:
         self.act_steps = 0
         self.last_latent: torch.Tensor | None = None
         self.last_llm: dict | None = None
-        # Recent (logits_wm, prior) pairs where a prior applied: the data for temperature alignment.
-        self.pairs: deque = deque(maxlen=4096)
         self.current_advice: list = [None] * self.num_envs
         self.compared_keys: list = [None] * self.num_envs
         if not self.enabled:
@@ -72,6 +69,7 @@ class LLMBridge:
             "llm_confidence": np.float32(0.0),
             "llm_features": np.zeros(self.n_features, np.float32),
             "llm_features_mask": np.float32(0.0),
+            "llm_source": np.float32(0.0),
         }
 
     def inputs(self, env_step: int) -> dict[str, np.ndarray]:
@@ -82,6 +80,7 @@ class LLMBridge:
             "confidence": np.zeros(n, np.float32),
             "features": np.zeros((n, self.n_features), np.float32),
             "features_mask": np.zeros(n, np.float32),
+            "source": np.zeros(n, np.float32),
         }
         self.current_plans: list = [None] * n
         self.current_advice: list = [None] * n
@@ -96,6 +95,7 @@ class LLMBridge:
             out["prior_logits"][i] = advice.prior_logits
             out["mask"][i] = 1.0
             out["confidence"][i] = advice.confidence
+            out["source"][i] = source_code(advice.source)
             self.current_plans[i] = getattr(advice, "plan", None)
             code = getattr(advice, "features_code", None)
             if code and self.sandbox is not None and code != self.feature_code:
@@ -131,12 +131,14 @@ class LLMBridge:
 
     # ------------------------------------------------------------------ after acting
     def gate_values(self, out) -> np.ndarray:
-        """Uncertainty gate in [0, 1] per env *before* masking by advice: the controller's trigger."""
-        layer, pcfg = self.agent.prior, self.cfg.prior
-        u = combine_uncertainty(out.u_entropy.float().cpu(), out.u_value_var.float().cpu(),
-                                out.u_disagreement.float().cpu(), weights=layer.weights,
-                                normalisers=layer.normalisers)
-        return gate_beta(u, 1.0, pcfg.kappa, pcfg.tau_high).numpy()
+        """The controller's trigger per env, in [0, 1]: state uncertainty u(s) times the trust in the
+        LLM's answers (asking is worth its cost only where the agent is unsure and the answers help)."""
+        layer = self.agent.prior
+        u, _ = layer.gate_u([out.u_entropy.float().cpu(), out.u_value_var.float().cpu(),
+                             out.u_disagreement.float().cpu()])
+        if self.cfg.prior.trust:
+            u = u * layer.trust.value("llm")
+        return (u * ~layer.control).numpy()  # a control episode never uses advice: do not pay for it
 
     def after_act(self, env_step: int, out, actions: np.ndarray, beta: np.ndarray, prefill: bool) -> None:
         self._env_step = env_step
@@ -144,10 +146,6 @@ class LLMBridge:
         self.act_steps += 1
         if self.controller is None:
             return
-        if self.last_llm is not None:
-            mask = self.last_llm["mask"] > 0
-            for i in np.flatnonzero(mask):
-                self.pairs.append((out.logits_wm[i].detach().cpu(), torch.as_tensor(self.last_llm["prior_logits"][i])))
         if self.monitor is not None and not self.monitor.trusted():
             self._compare_fresh_answers(out)
         if prefill:
@@ -164,10 +162,8 @@ class LLMBridge:
             for i in range(self.num_envs)
         ]
         self.controller.maybe_request(env_step, queries)
-        if self.agent.prior.refit_due(env_step) and self.pairs:
-            wm = torch.stack([p[0] for p in self.pairs])
-            pr = torch.stack([p[1] for p in self.pairs])
-            self.agent.prior.refit_temperature(wm, pr, env_step=env_step)
+        if self.agent.prior.refit_due(env_step):
+            self.agent.prior.refit_temperature(env_step=env_step)
 
     def on_reset(self, is_first: np.ndarray) -> None:
         self._is_first = is_first.copy()
@@ -243,7 +239,6 @@ class LLMBridge:
             "feature_code": self.feature_code,
             "feature_failures": self.feature_failures,
             "act_steps": self.act_steps,
-            "pairs": list(self.pairs),
             "is_first": getattr(self, "_is_first", None),
         }
 
@@ -258,7 +253,6 @@ class LLMBridge:
             self._adopt_feature_code(state["feature_code"])
         self.feature_failures = state["feature_failures"]
         self.act_steps = state["act_steps"]
-        self.pairs = deque(state["pairs"], maxlen=4096)
         if state.get("is_first") is not None:
             self._is_first = state["is_first"]
 

@@ -19,7 +19,8 @@ from tensordict import TensorDict
 from torchrl.data import LazyMemmapStorage, LazyTensorStorage, TensorDictReplayBuffer
 from torchrl.data.replay_buffers.samplers import SliceSampler
 
-LLM_KEYS = ("llm_prior_logits", "llm_mask", "llm_confidence", "llm_beta", "llm_features", "llm_features_mask")
+LLM_KEYS = ("llm_prior_logits", "llm_mask", "llm_confidence", "llm_beta", "llm_features", "llm_features_mask",
+            "llm_source")
 
 
 def empty_row_spec(obs_shapes: dict[str, tuple], obs_dtypes: dict[str, torch.dtype], num_actions: int,
@@ -38,6 +39,7 @@ def empty_row_spec(obs_shapes: dict[str, tuple], obs_dtypes: dict[str, torch.dty
         "llm_beta": ((), torch.float32),
         "llm_features": ((n_features,), torch.float32),
         "llm_features_mask": ((), torch.float32),
+        "llm_source": ((), torch.float32),
     })
     return spec
 

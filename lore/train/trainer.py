@@ -32,7 +32,7 @@ from lore.utils.io import atomic_write_text
 CHECKPOINT = "checkpoint.pt"
 DONE = "done"
 # Per-env LLM inputs at act time (see LLMBridge.inputs); stored in replay as ``llm_<key>``.
-LLM_INPUT_KEYS = ("prior_logits", "mask", "confidence", "features", "features_mask")
+LLM_INPUT_KEYS = ("prior_logits", "mask", "confidence", "features", "features_mask", "source")
 
 
 class Preempted(Exception):

@@ -1,0 +1,121 @@
+"""Advice trust: an online, per-source estimate of whether following the advice helps.
+
+Evidence comes from the agent's own value estimates. On replayed states where advice applied,
+the world model imagines one step for every action and the critic scores the result,
+``Q(s, a) = r(s') + gamma * c(s') * V(s')``. The advice's *value z-score* at a state is
+
+    z(s) = (sum_a rho(a) Q(s, a) - mean_a Q(s, a)) / (std_a Q(s, a) + min_gap * scale)
+
+i.e. how many standard deviations better than an average action the advised distribution is.
+``min_gap`` (a fraction of the return scale) makes states where the model cannot tell the
+actions apart contribute ~0: before any reward has been seen every ``Q`` is ~0 and trust stays
+at its uninformed value 0.5. The batch mean of ``z`` is folded into a bias-corrected EMA ``m``
+per source and ``trust = sigmoid(gain * m)``: advice that the critic rates better than average
+earns trust (-> 1), advice it rates worse loses it (-> 0).
+
+Sources (``ADVICE_SOURCES``) are the LLM's own answers (fresh or cached), the plan the LLM
+wrote (followed step by step), and PriorNet's answers given in the LLM's stead: each can be
+right or wrong independently, so each has its own estimate.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+ADVICE_SOURCES = ("llm", "plan", "surrogate")
+"""Source codes stored in replay as ``llm_source``: 0 = no advice, ``i + 1`` = ``ADVICE_SOURCES[i]``."""
+
+
+def source_code(source: str | None) -> int:
+    """Replay code of a controller source name (``cache`` answers are the LLM's own)."""
+    if source is None:
+        return 0
+    name = "llm" if source == "cache" else source
+    if name not in ADVICE_SOURCES:
+        raise ValueError(f"unknown advice source {source!r} (valid: {', '.join(ADVICE_SOURCES)}, cache)")
+    return ADVICE_SOURCES.index(name) + 1
+
+
+def advice_value_z(q_values: torch.Tensor, prior_logits: torch.Tensor, min_gap: float) -> torch.Tensor:
+    """Value z-score of the advised distribution per state: ``[N, A], [N, A] -> [N]``.
+
+    ``q_values`` are in return-scale units (divided by the return normaliser's scale);
+    ``min_gap > 0`` floors the denominator so indistinguishable actions give ~0, not noise / noise.
+    """
+    if q_values.shape != prior_logits.shape or q_values.dim() != 2:
+        raise ValueError(f"q_values {tuple(q_values.shape)} and prior_logits {tuple(prior_logits.shape)} "
+                         f"must both be [N, A]")
+    if not min_gap > 0:
+        raise ValueError(f"min_gap must be > 0, got {min_gap}")
+    rho = torch.softmax(prior_logits.double(), -1)
+    q = q_values.double()
+    advised = (rho * q).sum(-1)
+    mean = q.mean(-1)
+    std = q.std(-1, unbiased=False)
+    return ((advised - mean) / (std + min_gap)).to(q_values.dtype)
+
+
+def trust_from_evidence(mean_z: float, gain: float) -> float:
+    """``sigmoid(gain * mean_z)``: 0.5 without evidence."""
+    x = max(min(gain * mean_z, 60.0), -60.0)  # exp overflows beyond ~709; sigmoid is flat long before
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+class AdviceTrust:
+    """Bias-corrected EMA of the batch-mean value z-score, one per advice source."""
+
+    def __init__(self, decay: float, gain: float):
+        if not 0.0 <= decay < 1.0:
+            raise ValueError(f"prior.trust_decay must be in [0, 1), got {decay}")
+        if not gain > 0:
+            raise ValueError(f"prior.trust_gain must be > 0, got {gain}")
+        self.decay = float(decay)
+        self.gain = float(gain)
+        self._ema = {name: 0.0 for name in ADVICE_SOURCES}
+        self._count = {name: 0 for name in ADVICE_SOURCES}
+        self._last_z = {name: math.nan for name in ADVICE_SOURCES}
+
+    def observe(self, z: torch.Tensor, codes: torch.Tensor) -> None:
+        """Fold in per-state z-scores ``[N]`` of states whose advice came from source ``codes [N]``."""
+        if z.shape != codes.shape:
+            raise ValueError(f"z {tuple(z.shape)} and codes {tuple(codes.shape)} must match")
+        for i, name in enumerate(ADVICE_SOURCES):
+            rows = (codes.long() == i + 1) & torch.isfinite(z)
+            if not bool(rows.any()):
+                continue
+            batch_mean = float(z[rows].double().mean())
+            self._ema[name] = self.decay * self._ema[name] + (1.0 - self.decay) * batch_mean
+            self._count[name] += 1
+            self._last_z[name] = batch_mean
+
+    def mean_z(self, name: str) -> float:
+        count = self._count[name]
+        if count == 0:
+            return 0.0
+        return self._ema[name] / (1.0 - self.decay ** count)
+
+    def value(self, name: str) -> float:
+        """Trust in ``[0, 1]`` of one source (0.5 before any evidence)."""
+        return trust_from_evidence(self.mean_z(name), self.gain)
+
+    def values_for(self, codes: torch.Tensor) -> torch.Tensor:
+        """Trust per row for source codes ``[B]`` (rows without advice, code 0, get 1: nothing to scale)."""
+        table = torch.tensor([1.0] + [self.value(n) for n in ADVICE_SOURCES], dtype=torch.float32)
+        return table[codes.long().clamp(0, len(ADVICE_SOURCES)).cpu()].to(codes.device)
+
+    def metrics(self) -> dict[str, float]:
+        out = {}
+        for name in ADVICE_SOURCES:
+            out[f"trust_{name}"] = self.value(name)
+            out[f"trust_z_{name}"] = self._last_z[name]
+        return out
+
+    def state_dict(self) -> dict:
+        return {"ema": dict(self._ema), "count": dict(self._count), "last_z": dict(self._last_z)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._ema = {n: float(state["ema"][n]) for n in ADVICE_SOURCES}
+        self._count = {n: int(state["count"][n]) for n in ADVICE_SOURCES}
+        self._last_z = {n: float(state["last_z"][n]) for n in ADVICE_SOURCES}

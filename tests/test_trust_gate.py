@@ -1,0 +1,433 @@
+"""Advice trust, the bounded uncertainty gate, temperature scaling, the act-time KL bound and the
+bootstrapped critic heads: hand-computed values and invariants."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from lore.config import PriorConfig
+from lore.dreamer.behavior import Critic, bootstrap_head_mask, critic_losses
+from lore.dreamer.math import make_bins
+from lore.prior.gate import bounded_uncertainty, entropy_fraction, ratio_to_mean
+from lore.prior.kl_control import categorical_kl, dual_ascent, project_beta_to_kl
+from lore.prior.layer import PriorLayer
+from lore.prior.mixing import normalise_prior_logits
+from lore.prior.temperature import fit_temperature
+from lore.prior.trust import ADVICE_SOURCES, AdviceTrust, advice_value_z, source_code, trust_from_evidence
+
+A = 5
+LLM, PLAN, SURROGATE = (source_code(name) for name in ADVICE_SOURCES)
+
+
+def prior_cfg(**overrides) -> PriorConfig:
+    base = dict(enabled=True, dropout=0.0)
+    base.update(overrides)
+    return PriorConfig(**base)
+
+
+def one_hot_advice(actions: torch.Tensor, num_actions: int = A) -> torch.Tensor:
+    """Advice as the LLM bridge stores it: normalised log-probs of a one-hot answer (in [-10, 0])."""
+    return normalise_prior_logits(100.0 * torch.nn.functional.one_hot(actions, num_actions).float())
+
+
+def feed_advice(layer: PriorLayer, gen: torch.Generator, code: int, pick: str, updates: int = 20,
+                n: int = 64) -> None:
+    """Score advice on a random Q table: one-hot on its best (``pick="best"``) or worst action."""
+    for _ in range(updates):
+        q = torch.randn(n, A, generator=gen)
+        target = q.argmax(-1) if pick == "best" else q.argmin(-1)
+        layer.observe_advice_values(q, one_hot_advice(target), torch.full((n,), code))
+
+
+def pin_means(layer: PriorLayer, mean: float) -> None:
+    """Freeze the running means of the uncertainty signals (an act call barely moves them)."""
+    for normaliser in layer.normalisers:
+        normaliser.load_state_dict({"mean": mean, "sq": mean * mean, "count": 10**12, "decay": 1.0 - 1e-9})
+
+
+# --------------------------------------------------------------------------- advice value z-score
+
+
+def test_advice_value_z_hand_computed():
+    q = torch.tensor([[1.0, 2.0, 3.0], [0.0, 0.0, 6.0]], dtype=torch.float64)
+    rho = torch.tensor([[0.2, 0.3, 0.5], [0.25, 0.25, 0.5]], dtype=torch.float64)
+    gap = 1e-3
+    z = advice_value_z(q, rho.log(), gap)
+    # Row 0: advised 2.3, mean 2, population std sqrt(2/3). Row 1: advised 3, mean 2, std sqrt(8).
+    expected = [0.3 / (math.sqrt(2.0 / 3.0) + gap), 1.0 / (math.sqrt(8.0) + gap)]
+    assert z.tolist() == pytest.approx(expected, rel=1e-12)
+    # Logits are only defined up to a shift.
+    assert torch.allclose(advice_value_z(q, rho.log() + 7.0, gap), z)
+    # Advice on the worst action is negative; uniform advice is exactly average.
+    assert advice_value_z(q, torch.log(torch.tensor([[0.98, 0.01, 0.01]] * 2, dtype=torch.float64)), gap).lt(0).all()
+    assert advice_value_z(q, torch.zeros(2, 3, dtype=torch.float64), gap).abs().max() < 1e-12
+
+
+def test_min_gap_makes_indistinguishable_actions_count_as_zero():
+    gen = torch.Generator().manual_seed(0)
+    q = 1e-7 * torch.randn(64, A, generator=gen, dtype=torch.float64)  # an untrained critic: noise
+    advice = one_hot_advice(q.argmax(-1))  # advice on the (noise) best action
+    z = advice_value_z(q, advice, min_gap=1e-3)
+    assert z.abs().max() < 1e-3
+    # Without the floor the same noise would read as strong evidence.
+    assert advice_value_z(q, advice, min_gap=1e-12).mean() > 1.0
+    with pytest.raises(ValueError, match="min_gap"):
+        advice_value_z(q, advice, 0.0)
+    with pytest.raises(ValueError, match=r"\[N, A\]"):
+        advice_value_z(q[0], advice[0], 1e-3)
+
+
+# --------------------------------------------------------------------------- advice trust
+
+
+def test_source_codes():
+    assert [source_code(None), source_code("llm"), source_code("cache"), source_code("plan"),
+            source_code("surrogate")] == [0, 1, 1, 2, 3]
+    with pytest.raises(ValueError, match="unknown advice source"):
+        source_code("oracle")
+
+
+def test_trust_starts_uninformed_and_ema_is_bias_corrected():
+    trust = AdviceTrust(decay=0.9, gain=2.0)
+    assert all(trust.value(name) == 0.5 for name in ADVICE_SOURCES)
+    assert trust_from_evidence(0.5, 2.0) == pytest.approx(1.0 / (1.0 + math.exp(-1.0)))
+    trust.observe(torch.tensor([-1.0, -3.0, 7.0, 5.0]), torch.tensor([1, 1, 0, 0]))  # code 0: no advice
+    assert trust.mean_z("llm") == pytest.approx(-2.0)  # one batch: its mean, not shrunk towards 0
+    assert trust.value("llm") == pytest.approx(1.0 / (1.0 + math.exp(4.0)))
+    trust.observe(torch.tensor([0.0]), torch.tensor([1]))
+    assert trust.mean_z("llm") == pytest.approx((0.9 * 0.1 * -2.0 + 0.1 * 0.0) / (1 - 0.81))
+    assert trust.value("plan") == 0.5 and trust.value("surrogate") == 0.5
+    assert trust.values_for(torch.tensor([0, 2, 1])).tolist() == pytest.approx([1.0, 0.5, trust.value("llm")])
+    with pytest.raises(ValueError, match="trust_gain"):
+        AdviceTrust(0.9, 0.0)
+    with pytest.raises(ValueError, match="trust_decay"):
+        AdviceTrust(1.0, 2.0)
+
+
+def test_trust_learns_from_the_critic_per_source():
+    gen = torch.Generator().manual_seed(1)
+    layer = PriorLayer(prior_cfg(trust=True, trust_decay=0.9), A, num_envs=3)
+    assert layer.wants_advice_values()
+    feed_advice(layer, gen, LLM, "worst")  # adversarial LLM
+    assert layer.trust.value("llm") < 0.2
+    assert layer.trust.value("plan") == 0.5 and layer.trust.value("surrogate") == 0.5  # untouched
+    feed_advice(layer, gen, PLAN, "best")  # a good plan
+    assert layer.trust.value("plan") > 0.8
+    assert layer.trust.value("llm") < 0.2 and layer.trust.value("surrogate") == 0.5
+    # The LLM turns good: its trust recovers (the EMA forgets).
+    feed_advice(layer, gen, LLM, "best", updates=60)
+    assert layer.trust.value("llm") > 0.8
+    metrics = layer.metrics()
+    assert metrics["trust_llm"] == pytest.approx(layer.trust.value("llm"))
+    assert metrics["trust_plan"] > 0.8 and metrics["trust_surrogate"] == 0.5
+
+
+def test_trust_state_dict_round_trip():
+    gen = torch.Generator().manual_seed(2)
+    layer = PriorLayer(prior_cfg(trust=True, trust_decay=0.9), A, num_envs=2)
+    feed_advice(layer, gen, LLM, "worst", updates=5)
+    feed_advice(layer, gen, SURROGATE, "best", updates=3)
+    again = AdviceTrust(0.9, 2.0)
+    again.load_state_dict(layer.trust.state_dict())
+    for name in ADVICE_SOURCES:
+        assert again.value(name) == layer.trust.value(name)
+    assert again.state_dict()["count"] == {"llm": 5, "plan": 0, "surrogate": 3}
+    resumed = PriorLayer(prior_cfg(trust=True, trust_decay=0.9), A, num_envs=2)
+    resumed.load_state_dict(layer.state_dict())
+    assert resumed.trust.value("llm") == layer.trust.value("llm") < 0.2
+
+
+def test_beta_is_scaled_by_the_trust_of_each_envs_source():
+    gen = torch.Generator().manual_seed(3)
+    layer = PriorLayer(prior_cfg(gate="fixed", beta_max=1.0, trust=True, trust_decay=0.9), A, num_envs=4)
+    feed_advice(layer, gen, LLM, "worst")
+    feed_advice(layer, gen, PLAN, "best")
+    logits, prior = torch.zeros(4, A), one_hot_advice(torch.tensor([0, 1, 2, 3]))
+    source = torch.tensor([LLM, PLAN, SURROGATE, 0])
+    _, beta = layer.act(logits, prior, torch.ones(4), None, 0, source=source)
+    trust_llm = layer.trust.value("llm")
+    assert trust_llm < 0.2 and beta[0] < 0.4 and beta[0] < beta[1]
+    # beta scale min(1, 2 * trust): uninformed (0.5) and trusted advice act at full strength; no advice: 1.
+    assert beta.tolist() == pytest.approx([2 * trust_llm, 1.0, 1.0, 1.0])
+    # Absorbing advice into the actor needs evidence: weight clip(2 * trust - 1, 0, 1).
+    trust_plan = layer.trust.value("plan")
+    assert layer.absorb_weight(source, 4, torch.device("cpu")).tolist() == pytest.approx(
+        [0.0, 2 * trust_plan - 1, 0.0, 1.0])
+    # Same evidence, trust switched off: every env gets beta_max.
+    untrusting = PriorLayer(prior_cfg(gate="fixed", beta_max=1.0, trust=False), A, num_envs=4)
+    untrusting.trust.load_state_dict(layer.trust.state_dict())
+    _, beta = untrusting.act(logits, prior, torch.ones(4), None, 0, source=source)
+    assert beta.tolist() == pytest.approx([1.0] * 4)
+    # No source given: nothing to scale.
+    _, beta = layer.act(logits, prior, torch.ones(4), None, 0)
+    assert beta.tolist() == pytest.approx([1.0] * 4)
+
+
+# --------------------------------------------------------------------------- bounded uncertainty gate
+
+
+def test_bounded_uncertainty_hand_computed_and_in_unit_interval():
+    h = torch.tensor([0.5 * math.log(A)])
+    u, parts = bounded_uncertainty([h, torch.tensor([3.0]), torch.tensor([99.0])], (1.0, 2.0, 0.0), A,
+                                   (123.0, 1.0, 1.0))
+    assert [p.item() for p in parts[:2]] == pytest.approx([0.5, 0.75])
+    assert u.item() == pytest.approx((0.5 + 2 * 0.75) / 3.0)
+
+    gen = torch.Generator().manual_seed(4)
+    signals = [torch.rand(500, generator=gen) * 5.0,
+               torch.cat([torch.rand(497, generator=gen) * 1e6, torch.tensor([0.0, float("nan"), float("inf")])]),
+               torch.rand(500, generator=gen) * 1e-6 - 1e-7]
+    for means in [(0.0, 0.0, 0.0), (0.0, 1e-9, 1e9), (0.0, 1.0, 1.0)]:
+        u, parts = bounded_uncertainty(signals, (1.0, 1.0, 1.0), A, means)
+        for x in (u, *parts):
+            assert torch.isfinite(x).all() and x.min() >= 0.0 and x.max() <= 1.0
+    with pytest.raises(ValueError, match="at least one"):
+        bounded_uncertainty(signals, (0.0, 0.0, 0.0), A, (0.0, 1.0, 1.0))
+    with pytest.raises(ValueError, match=">= 0"):
+        bounded_uncertainty(signals, (1.0, -1.0, 1.0), A, (0.0, 1.0, 1.0))
+
+
+def test_entropy_part_is_one_for_a_uniform_policy():
+    uniform = torch.distributions.Categorical(logits=torch.zeros(3, A)).entropy()
+    assert entropy_fraction(uniform, A).tolist() == pytest.approx([1.0] * 3, abs=1e-6)
+    assert entropy_fraction(torch.tensor([0.0]), A).item() == 0.0
+    u, parts = bounded_uncertainty([uniform, torch.zeros(3), torch.zeros(3)], (1.0, 0.0, 0.0), A, (0.0, 1.0, 1.0))
+    assert u.tolist() == pytest.approx([1.0] * 3, abs=1e-6)
+
+
+def test_ratio_to_mean_is_half_at_the_mean_and_monotone():
+    assert ratio_to_mean(torch.tensor([0.3]), 0.3).item() == pytest.approx(0.5)
+    assert ratio_to_mean(torch.tensor([0.0]), 0.0).item() == pytest.approx(0.5)
+    x = torch.logspace(-6, 6, 200, dtype=torch.float64)
+    r = ratio_to_mean(x, 1.0)
+    assert (r[1:] > r[:-1]).all() and r[0] < 1e-5 and r[-1] > 1 - 1e-5
+    assert ratio_to_mean(torch.tensor([3.0]), 1.0).item() == pytest.approx(0.75)
+
+
+@pytest.mark.parametrize("signal", ["entropy", "value_var", "disagreement"])
+def test_beta_rises_with_each_uncertainty_signal(signal):
+    layer = PriorLayer(prior_cfg(gate="uncertainty", beta_max=1.0, gate_full_at=1.0), A, num_envs=2)
+    pin_means(layer, 0.1)
+    base = {"entropy": 0.5, "value_var": 0.1, "disagreement": 0.1}
+    levels = [0.3, 0.6, 1.2, 2.4]
+    betas = []
+    for level in levels:
+        u = {k: torch.full((2,), v) for k, v in base.items()}
+        u[signal] = torch.tensor([base[signal], level])  # env 1: only this signal differs
+        _, beta = layer.act(torch.zeros(2, A), torch.zeros(2, A), torch.ones(2), u, env_step=0)
+        betas.append(beta[1].item())
+        ref = beta[0].item()
+    assert all(b > a for a, b in zip(betas, betas[1:], strict=False)), betas
+    assert betas[-1] > ref + 0.05 and ref == pytest.approx((0.5 / math.log(A) + 0.5 + 0.5) / 3, abs=1e-6)
+
+
+# --------------------------------------------------------------------------- temperature scaling
+
+
+@pytest.mark.parametrize("t_star", [0.5, 1.0, 2.5])
+def test_fit_temperature_recovers_a_known_temperature(t_star):
+    gen = torch.Generator().manual_seed(5)
+    logits = 2.0 * torch.randn(20000, A, generator=gen, dtype=torch.float64)
+    labels = torch.multinomial(torch.softmax(logits / t_star, -1), 1, generator=gen).squeeze(-1)
+    t_hat = fit_temperature(logits, labels, t_min=0.1, t_max=10.0)
+    assert abs(t_hat - t_star) / t_star < 0.05, t_hat
+
+
+def test_fit_temperature_goes_to_t_max_for_advice_that_is_never_right():
+    gen = torch.Generator().manual_seed(6)
+    logits = 2.0 * torch.randn(2000, A, generator=gen)
+    assert fit_temperature(logits, logits.argmin(-1), 0.1, 10.0) == pytest.approx(10.0)
+    # An always-right top action with moderate logits sharpens to t_min.
+    assert fit_temperature(logits / 10.0, logits.argmax(-1), 0.1, 10.0) == pytest.approx(0.1)
+
+
+def test_refit_skipped_with_too_few_labels_and_done_with_enough():
+    gen = torch.Generator().manual_seed(7)
+    layer = PriorLayer(prior_cfg(trust=True, align_temperature=True, temperature=1.0, temperature_min_labels=100,
+                                 temperature_min=0.1, temperature_max=10.0), A, num_envs=2)
+    prior = 2.0 * torch.randn(400, A, generator=gen)
+    labels = torch.multinomial(torch.softmax(prior / 2.5, -1), 1, generator=gen).squeeze(-1)
+    q = torch.nn.functional.one_hot(labels, A).double()  # label = argmax q, spread >> min_gap
+    codes = torch.full((400,), LLM)
+    flat = 1e-6 * torch.rand(400, A, generator=gen, dtype=torch.float64)
+    out = layer.observe_advice_values(flat, prior, codes)  # indistinguishable actions: no labels
+    assert out["advice_informative_frac"] == 0.0 and not layer.labels
+    layer.observe_advice_values(q[:60], prior[:60], codes[:60])
+    assert len(layer.labels) == 60
+    assert layer.refit_temperature(env_step=0) == 1.0
+    assert (layer.refits, layer.refits_skipped) == (0, 1)
+    layer.observe_advice_values(q[60:], prior[60:], codes[60:])
+    t_hat = layer.refit_temperature(env_step=1000)
+    assert (layer.refits, layer.refits_skipped) == (1, 1) and t_hat != 1.0
+    assert t_hat == pytest.approx(fit_temperature(prior, labels, 0.1, 10.0))
+    metrics = layer.metrics()
+    assert metrics["temperature"] == t_hat and metrics["temperature_refits_at_bound"] == 0.0
+
+
+# --------------------------------------------------------------------------- act-time KL bound
+
+
+def test_project_beta_to_kl_is_the_largest_beta_within_the_bound():
+    gen = torch.Generator().manual_seed(8)
+    n, bound = 512, 0.3
+    wm = 2.0 * torch.randn(n, A, generator=gen, dtype=torch.float64)
+    tilt = 3.0 * torch.randn(n, A, generator=gen, dtype=torch.float64)
+    beta = 3.0 * torch.rand(n, generator=gen, dtype=torch.float64)
+    out = project_beta_to_kl(wm, tilt, beta, bound)
+
+    def kl_at(b):
+        return categorical_kl(wm + b[:, None] * tilt, wm)
+
+    assert (kl_at(out) <= bound + 1e-6).all()
+    assert (out >= 0).all() and (out <= beta).all()
+    within = kl_at(beta) <= bound
+    assert within.any() and (~within).any()  # both cases are exercised
+    assert torch.equal(out[within], beta[within])
+    clipped = ~within
+    assert (kl_at(out + 1e-3)[clipped] > bound).all()
+    assert kl_at(out)[clipped].tolist() == pytest.approx([bound] * int(clipped.sum()), abs=1e-6)
+    # float32 in, float32 out, still within the bound.
+    out32 = project_beta_to_kl(wm.float(), tilt.float(), beta.float(), bound)
+    assert out32.dtype == torch.float32
+    assert (categorical_kl(wm + out32.double()[:, None] * tilt, wm) <= bound + 1e-6).all()
+    with pytest.raises(ValueError, match="bound"):
+        project_beta_to_kl(wm, tilt, beta, 0.0)
+
+
+def test_lagrangian_act_never_exceeds_the_kl_bound():
+    gen = torch.Generator().manual_seed(9)
+    bound, n = 0.2, 16
+    layer = PriorLayer(prior_cfg(gate="fixed", beta_max=4.0, kl_mode="lagrangian", kl_bound=bound), A, num_envs=n)
+    free = PriorLayer(prior_cfg(gate="fixed", beta_max=4.0, kl_mode="none"), A, num_envs=n)
+    worst_free = 0.0
+    for step in range(20):
+        logits = 2.0 * torch.randn(n, A, generator=gen)
+        prior = one_hot_advice(torch.randint(0, A, (n,), generator=gen))
+        mask = (torch.rand(n, generator=gen) > 0.2).float()
+        mix, beta = layer.act(logits, prior, mask, None, step)
+        kl = categorical_kl(mix.double(), logits.double())
+        assert (kl <= bound + 1e-5).all(), kl.max()
+        assert (beta <= 4.0).all() and (beta[mask == 0] == 0).all()
+        free_mix, _ = free.act(logits, prior, mask, None, step)
+        worst_free = max(worst_free, categorical_kl(free_mix, logits).max().item())
+    assert worst_free > 2 * bound  # without the projection the same inputs go far past it
+    metrics = layer.metrics()
+    assert metrics["kl_mix_wm"] <= bound
+    assert 0.0 < metrics["kl_bound_active_frac"] <= 1.0
+    assert free.metrics()["kl_bound_active_frac"] == 0.0
+
+
+def test_dual_ascent_lowers_lambda_while_the_constraint_is_met():
+    layer = PriorLayer(prior_cfg(kl_mode="lagrangian", kl_delta=0.25, kl_eta=0.05), A)
+    layer.lambda_kl = 1.0
+    history = [layer.lambda_kl]
+    for _ in range(450):  # 0.05 * (0.2 - 0.25) = -0.0025 per step
+        layer.update_lambda(0.2)  # within delta (but not 0)
+        history.append(layer.lambda_kl)
+    assert all(b < a for a, b in zip(history, history[1:], strict=False) if a > 0)
+    assert history[1] == pytest.approx(1.0 - 0.0025) and history[-1] == 0.0
+    layer.update_lambda(float("nan"))  # no evidence this update: lambda kept
+    assert layer.lambda_kl == 0.0
+    assert dual_ascent(1.0, 0.2, 0.25, 0.05, 10.0) == pytest.approx(1.0 - 0.05 * 0.05)
+
+
+# --------------------------------------------------------------------------- bootstrapped critic heads
+
+
+def test_bootstrap_head_mask_statistics():
+    gen = torch.Generator().manual_seed(10)
+    mask = bootstrap_head_mask(4, 20000, 0.5, gen)
+    assert mask.shape == (4, 20000)
+    assert set(mask.unique().tolist()) == {0.0, 2.0}
+    assert abs(mask.mean().item() - 1.0) < 0.03
+    assert (mask.mean(1) - 1.0).abs().max() < 0.05
+    for i in range(4):
+        for j in range(i + 1, 4):
+            assert not torch.equal(mask[i], mask[j])
+    assert torch.equal(bootstrap_head_mask(3, 7, 1.0, gen), torch.ones(3, 7))
+    again = bootstrap_head_mask(4, 100, 0.3, torch.Generator().manual_seed(11))
+    assert torch.equal(again, bootstrap_head_mask(4, 100, 0.3, torch.Generator().manual_seed(11)))
+    for keep in (0.0, 1.5):
+        with pytest.raises(ValueError, match="value_bootstrap"):
+            bootstrap_head_mask(2, 5, keep, gen)
+
+
+def test_critic_losses_head_weight():
+    gen = torch.Generator().manual_seed(12)
+    bins = make_bins(255, 20.0)
+    logits = torch.randn(3, 2, 6, 255, generator=gen, requires_grad=True)
+    returns, slow = torch.randn(2, 6, generator=gen), torch.randn(3, 2, 6, generator=gen)
+    weight = torch.rand(2, 6, generator=gen)
+    plain = critic_losses(logits, returns, slow, weight, bins)
+    ones = critic_losses(logits, returns, slow, weight, bins, torch.ones(3, 6))
+    assert torch.allclose(plain[0], ones[0]) and torch.allclose(plain[1], ones[1])
+    head_weight = torch.ones(3, 6)
+    head_weight[1] = 0.0  # head 1 sits this batch out
+    loss, reg = critic_losses(logits, returns, slow, weight, bins, head_weight)
+    (loss + reg).backward()
+    assert logits.grad[1].abs().max() == 0 and logits.grad[0].abs().max() > 0
+    with pytest.raises(ValueError, match="head_weight"):
+        critic_losses(logits, returns, slow, weight, bins, torch.ones(3, 5))
+
+
+def _train_heads(head_weight: torch.Tensor, feat: torch.Tensor, returns: torch.Tensor, steps: int = 200) -> Critic:
+    bins = make_bins(255, 20.0)
+    with torch.random.fork_rng():
+        torch.manual_seed(13)
+        critic = Critic(feat.shape[-1], heads=head_weight.shape[0], units=32, layers=1, bins=bins)
+    opt = torch.optim.Adam(critic.parameters(), lr=3e-3)
+    weight = torch.ones_like(returns)
+    for _ in range(steps):
+        logits = critic(feat)  # [K, 1, N, bins]
+        slow = torch.zeros(head_weight.shape[0], *returns.shape)
+        loss, _ = critic_losses(logits, returns, slow, weight, bins, head_weight)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return critic
+
+
+def test_bootstrapped_heads_disagree_where_their_data_disagree():
+    gen = torch.Generator().manual_seed(14)
+    x = torch.randn(32, 4, generator=gen)
+    # The same states twice with different returns: head 0 and 2 see only the first half (+3),
+    # head 1 only the second (-3).
+    feat = torch.cat([x, x])[None]  # [H=1, N=64, F]
+    returns = torch.cat([torch.full((32,), 3.0), torch.full((32,), -3.0)])[None]
+    half = torch.cat([torch.ones(32), torch.zeros(32)])
+    disjoint = torch.stack([half, 1 - half, half]) * 2.0
+    spread_boot = _train_heads(disjoint, feat, returns).values(x).var(0).mean().item()
+    spread_shared = _train_heads(torch.ones(3, 64), feat, returns).values(x).var(0).mean().item()
+    assert spread_boot > 1.0  # heads near +3, -3, +3
+    assert spread_shared < 0.05 * spread_boot
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+def test_metrics_separate_states_where_advice_disagrees_with_the_policy():
+    layer = PriorLayer(prior_cfg(gate="uncertainty", beta_max=1.0, gate_full_at=1.0, w_value=0.0, w_disagreement=0.0,
+                                 trust=True), A, num_envs=4)
+    logits = 3.0 * torch.eye(A)[:4]  # policy argmax 0, 1, 2, 3
+    prior = one_hot_advice(torch.tensor([0, 1, 4, 4]))  # envs 0, 1 agree; 2, 3 disagree
+    entropy = torch.tensor([0.2, 0.4, 1.0, 1.4])
+    u = {"entropy": entropy, "value_var": torch.zeros(4), "disagreement": torch.zeros(4)}
+    _, beta = layer.act(logits, prior, torch.ones(4), u, 0, source=torch.full((4,), LLM))
+    frac = entropy / math.log(A)
+    assert beta.tolist() == pytest.approx(frac.tolist(), abs=1e-6)  # trust 0.5 before evidence: full strength
+    metrics = layer.metrics()
+    for key in ("trust_llm", "trust_plan", "trust_surrogate", "kl_bound_active_frac", "temperature_refits_at_bound",
+                "u_entropy_frac_disagree", "u_entropy_frac_agree", "beta_disagree", "beta_agree",
+                "u_value_ratio_disagree", "u_disagreement_ratio_agree"):
+        assert key in metrics and math.isfinite(metrics[key]), key
+    assert metrics["u_entropy_frac_agree"] == pytest.approx(frac[:2].mean().item(), abs=1e-6)
+    assert metrics["u_entropy_frac_disagree"] == pytest.approx(frac[2:].mean().item(), abs=1e-6)
+    assert metrics["beta_agree"] == pytest.approx(frac[:2].mean().item(), abs=1e-6)
+    assert metrics["beta_disagree"] == pytest.approx(frac[2:].mean().item(), abs=1e-6)
+    assert metrics["trust_llm"] == 0.5 and metrics["kl_bound_active_frac"] == 0.0
+    # Nothing advised since the last read: the separation is undefined, not 0.
+    layer.act(logits, prior, torch.zeros(4), u, 1)
+    assert math.isnan(layer.metrics()["beta_disagree"])
