@@ -130,7 +130,7 @@ def test_trust_state_dict_round_trip():
     layer = PriorLayer(prior_cfg(trust=True, trust_decay=0.9), A, num_envs=2)
     feed_advice(layer, gen, LLM, "worst", updates=5)
     feed_advice(layer, gen, SURROGATE, "best", updates=3)
-    again = AdviceTrust(0.9, 2.0)
+    again = AdviceTrust(layer.trust.decay, layer.trust.gain)
     again.load_state_dict(layer.trust.state_dict())
     for name in ADVICE_SOURCES:
         assert again.value(name) == layer.trust.value(name)
@@ -152,10 +152,9 @@ def test_beta_is_scaled_by_the_trust_of_each_envs_source():
     assert trust_llm < 0.2 and beta[0] < 0.4 and beta[0] < beta[1]
     # beta scale min(1, 2 * trust): uninformed (0.5) and trusted advice act at full strength; no advice: 1.
     assert beta.tolist() == pytest.approx([2 * trust_llm, 1.0, 1.0, 1.0])
-    # Absorbing advice into the actor needs evidence: weight clip(2 * trust - 1, 0, 1).
-    trust_plan = layer.trust.value("plan")
+    # The KL absorption term fades with the same evidence: weight min(1, 2 * trust).
     assert layer.absorb_weight(source, 4, torch.device("cpu")).tolist() == pytest.approx(
-        [0.0, 2 * trust_plan - 1, 0.0, 1.0])
+        [2 * trust_llm, 1.0, 1.0, 1.0])
     # Same evidence, trust switched off: every env gets beta_max.
     untrusting = PriorLayer(prior_cfg(gate="fixed", beta_max=1.0, trust=False), A, num_envs=4)
     untrusting.trust.load_state_dict(layer.trust.state_dict())
