@@ -18,14 +18,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
-from lore.analysis.runs import find_run_dirs, load_runs
-from lore.config import PriorConfig
-
 BUDGETS = ("2500", "5000", "10000")
-PRIOR = PriorConfig()
 
 
 def run_cli(*args: str) -> None:
@@ -52,43 +47,49 @@ def mean_of(stats: pd.DataFrame, env: str, arm: str, metric: str) -> float:
     return float(row["mean"]) if row is not None else math.nan
 
 
-def prior_quantities(runs) -> pd.DataFrame:
-    """Per run: what each part of the prior did, from metrics.csv (after the prefill)."""
-    rows = []
-    for run in runs:
-        m = run.metrics
-        if not len(m) or "beta_mean" not in m:
-            continue
-        m = m[m["env_step"] > float(run.config.get("train", {}).get("prefill", 0))]
-        prior = run.config.get("prior", {})
-        bound = float(prior.get("kl_bound", PRIOR.kl_bound))
-        lam_max = float(prior.get("lambda_max", PRIOR.lambda_max))
-        row = {"env": run.env, "ablation": run.ablation, "seed": run.seed}
+PRIOR_COLUMNS = {
+    "trust LLM / plan (last)": ("trust_llm_last", "trust_plan_last", "{:.2f} / {:.2f}"),
+    "β advised: disagree / agree": ("beta_disagree_avg", "beta_agree_avg", "{:.2f} / {:.2f}"),
+    "entropy part d / a": ("u_entropy_frac_disagree_avg", "u_entropy_frac_agree_avg", "{:.2f} / {:.2f}"),
+    "value part d / a": ("u_value_ratio_disagree_avg", "u_value_ratio_agree_avg", "{:.2f} / {:.2f}"),
+    "disagreement part d / a": ("u_disagreement_ratio_disagree_avg", "u_disagreement_ratio_agree_avg",
+                                "{:.2f} / {:.2f}"),
+    "act KL mean / max": ("kl_mix_wm_avg", "kl_act_max", "{:.2f} / {:.2f}"),
+    "KL bound": ("cfg_prior_kl_bound", None, "{:g}"),
+    "λ < λ_max": ("lambda_below_max_frac", None, "{:.0%}"),
+    "T refits (at bound)": ("temperature_refits_last", "temperature_refits_at_bound_last", "{:.1f} ({:.1f})"),
+    "T range": ("temperature_lo", "temperature_hi", "{:.2f}–{:.2f}"),
+}
 
-        def col(name):
-            return m[name].to_numpy(float) if name in m else np.array([])
 
-        kl_act, lam = col("kl_mix_wm"), col("lambda_kl")
-        row["kl_act_mean"] = float(np.nanmean(kl_act)) if np.isfinite(kl_act).any() else math.nan
-        row["kl_act_max"] = float(np.nanmax(kl_act)) if np.isfinite(kl_act).any() else math.nan
-        row["kl_bound"] = bound if prior.get("kl_mode") == "lagrangian" else math.nan
-        row["lambda_below_max_frac"] = float(np.mean(lam < lam_max - 1e-9)) if lam.size else math.nan
-        for name in ("trust_llm", "trust_plan", "beta_mean", "prior_mask_frac"):
-            values = col(name)
-            row[name + "_last"] = float(values[np.isfinite(values)][-1]) if np.isfinite(values).any() else math.nan
-        for name in ("beta_disagree", "beta_agree", "u_entropy_frac_disagree", "u_entropy_frac_agree",
-                     "u_value_ratio_disagree", "u_value_ratio_agree", "u_disagreement_ratio_disagree",
-                     "u_disagreement_ratio_agree"):
-            values = col(name)
-            row[name] = float(np.nanmean(values)) if np.isfinite(values).any() else math.nan
-        refits, at_bound = col("temperature_refits"), col("temperature_refits_at_bound")
-        row["t_refits"] = float(refits[-1]) if refits.size else math.nan
-        row["t_refits_at_bound"] = float(at_bound[-1]) if at_bound.size else math.nan
-        temps = col("temperature")
-        row["t_min_seen"] = float(np.nanmin(temps)) if temps.size else math.nan
-        row["t_max_seen"] = float(np.nanmax(temps)) if temps.size else math.nan
-        rows.append(row)
-    return pd.DataFrame(rows)
+def prior_rows(env_runs: pd.DataFrame) -> list[str]:
+    """What each part of the prior did: per-run quantities from `lore aggregate`, mean over seeds
+    (the KL maximum and T range are taken over seeds). d / a = advised states where the advice's top
+    action differs from / equals the policy's."""
+    prior = env_runs[env_runs.get("beta_mean_avg", pd.Series(dtype=float)).notna()] \
+        if "beta_mean_avg" in env_runs else env_runs.iloc[:0]
+    if not len(prior):
+        return []
+    lines = ["What each part of the prior did (per run after the prefill, mean over seeds; d / a = advised "
+             "states where the advice's top action differs from / equals the policy's):", "",
+             "| arm | " + " | ".join(PRIOR_COLUMNS) + " |", "|---|" + "---|" * len(PRIOR_COLUMNS)]
+    for arm, group in prior.groupby("ablation"):
+        cells = []
+        for first, second, fmt in PRIOR_COLUMNS.values():
+            def pick(col, how="mean", group=group):
+                if col is None or col not in group or group[col].isna().all():
+                    return math.nan
+                values = group[col].astype(float)
+                return {"mean": values.mean(), "max": values.max(), "min": values.min()}[how]
+            if first == "kl_mix_wm_avg":
+                values = (pick(first), pick(second, "max"))
+            elif first == "temperature_lo":
+                values = (pick(first, "min"), pick(second, "max"))
+            else:
+                values = (pick(first),) if second is None else (pick(first), pick(second))
+            cells.append("—" if any(math.isnan(v) for v in values) else fmt.format(*values))
+        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def verdict(ok: bool | None) -> str:
@@ -150,9 +151,6 @@ def main(argv: list[str] | None = None) -> int:
     run_cli("figures", *common, "--tables", str(tables), "--out", str(figures))
     stats = pd.read_csv(tables / "stats.csv")
     runs_table = pd.read_csv(tables / "runs.csv")
-    runs = load_runs(find_run_dirs(args.runs_root))
-    quantities = prior_quantities(runs)
-    quantities.to_csv(tables / "prior_quantities.csv", index=False)
 
     last = BUDGETS[-1]
     lines = ["# LLM-prior benchmark (generated by `benchmarks/prior_report.py`; do not edit)", "",
@@ -173,24 +171,7 @@ def main(argv: list[str] | None = None) -> int:
                          f"{fmt_ci(stat(stats, env, arm, 'auc'), 3)} | {calls_text} |")
         lines += [""]
         lines += ["Targets (issue 9):", ""] + targets(stats, runs_table, env, last) + [""]
-        q = quantities[quantities["env"] == env]
-        if len(q):
-            agg = q.drop(columns=["seed", "env"]).groupby("ablation").mean(numeric_only=True)
-            lines += ["What each part of the prior did (mean over seeds, after the prefill):", "",
-                      "| arm | trust LLM (last) | trust plan (last) | β disagree / agree | entropy part d/a | "
-                      "value part d/a | disagreement part d/a | act KL mean / max (bound) | λ < λ_max | "
-                      "T refits (at bound) | T range |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-            for arm, r in agg.iterrows():
-                lines.append(
-                    f"| {arm} | {r['trust_llm_last']:.2f} | {r['trust_plan_last']:.2f} | "
-                    f"{r['beta_disagree']:.2f} / {r['beta_agree']:.2f} | "
-                    f"{r['u_entropy_frac_disagree']:.2f} / {r['u_entropy_frac_agree']:.2f} | "
-                    f"{r['u_value_ratio_disagree']:.2f} / {r['u_value_ratio_agree']:.2f} | "
-                    f"{r['u_disagreement_ratio_disagree']:.2f} / {r['u_disagreement_ratio_agree']:.2f} | "
-                    f"{r['kl_act_mean']:.2f} / {r['kl_act_max']:.2f} ({r['kl_bound']:.1f}) | "
-                    f"{r['lambda_below_max_frac']:.0%} | {r['t_refits']:.1f} ({r['t_refits_at_bound']:.1f}) | "
-                    f"{r['t_min_seen']:.2f}–{r['t_max_seen']:.2f} |")
-            lines += [""]
+        lines += prior_rows(env_runs) + [""]
     lines += ["Figures: `figures/fig1_success.png` (learning curves), `figures/prior_dynamics.png` (β, trust, "
               "calls), `figures/kl_traces.png` (act-time KL, λ, entropy, T).", ""]
     (args.out / "README.md").write_text("\n".join(lines))

@@ -316,3 +316,54 @@ def test_cache_hits_include_memory_hits_and_priornet_answers_are_not_calls(tmp_p
         path / "metrics.csv", index=False)
     row = aggregate([load_run(path)], SETTINGS).runs.iloc[0]
     assert (row["llm_calls"], row["llm_cache_hits"]) == (1, 7)
+
+
+def _prior_run(kl, lam, *, bound=2.0, lam_max=10.0, trust=(0.5, 0.2), ablation="full"):
+    """A Run whose metrics.csv logs the prior layer (first row inside the prefill, ignored)."""
+    from pathlib import Path
+
+    from lore.analysis.runs import Run
+
+    steps = [100, 500, 1000, 1500][: len(kl)]
+    metrics = pd.DataFrame({"env_step": steps, "beta_mean": 0.5, "kl_mix_wm": kl, "lambda_kl": lam,
+                            "trust_llm": np.linspace(*trust, len(kl)), "temperature": [1.0, 1.0, 0.7, 0.9][: len(kl)],
+                            "temperature_refits": [0, 0, 1, 2][: len(kl)],
+                            "temperature_refits_at_bound": [0, 0, 0, 1][: len(kl)]})
+    config = {"train": {"prefill": 300}, "prior": {"enabled": True, "kl_mode": "lagrangian", "kl_bound": bound,
+                                                   "lambda_max": lam_max, "align_temperature": True}}
+    empty = pd.DataFrame()
+    return Run(Path("."), "MiniGrid-DoorKey-5x5-v0", ablation, 0, empty, empty, metrics, empty, None, config)
+
+
+def test_prior_run_metrics_read_what_the_prior_did_after_the_prefill():
+    from lore.analysis.aggregate import prior_run_metrics
+
+    run = _prior_run([9.0, 0.4, 1.5, 0.8], [0.0, 10.0, 3.0, 10.0])
+    out = prior_run_metrics(run)
+    assert out["kl_act_max"] == 1.5  # the 9.0 logged inside the prefill does not count
+    assert out["kl_mix_wm_avg"] == pytest.approx(0.9)
+    assert out["lambda_below_max_frac"] == pytest.approx(1 / 3)
+    assert out["trust_llm_last"] == pytest.approx(0.2)
+    assert out["temperature_refits_last"] == 2 and out["temperature_refits_at_bound_last"] == 1
+    assert (out["temperature_lo"], out["temperature_hi"]) == (0.7, 1.0)
+    run.config["prior"]["enabled"] = False
+    assert prior_run_metrics(run) == {}
+
+
+def test_kl_sentence_says_within_or_above_the_bound_from_the_numbers():
+    from lore.analysis.aggregate import prior_run_metrics
+    from lore.analysis.paper import cfg_number, kl_sentence
+
+    def tables(kl_max):
+        run = _prior_run([0.1, 0.4, kl_max, 0.8], [0.0, 1.0, 2.0, 3.0])
+        row = {"env": run.env, "ablation": run.ablation, "seed": 0, "cfg_prior_kl_bound": 2.0,
+               **prior_run_metrics(run)}
+        empty = pd.DataFrame()
+        return Tables(runs=pd.DataFrame([row]), eval_points=empty, stats=empty, improvement=empty,
+                      achievements=empty)
+
+    inside, outside = tables(1.9), tables(2.5)
+    assert "1.90 nats (within the bound 2)" in kl_sentence(inside, "MiniGrid-DoorKey-5x5-v0")
+    assert "2.50 nats (above the bound 2)" in kl_sentence(outside, "MiniGrid-DoorKey-5x5-v0")
+    assert "100\\% of logged points" in kl_sentence(inside, "MiniGrid-DoorKey-5x5-v0")
+    assert cfg_number(inside.runs, "cfg_prior_kl_bound", "MiniGrid-DoorKey-5x5-v0") == "2"

@@ -84,6 +84,21 @@ def test_budget_is_never_exceeded_with_many_envs_and_steps(tmp_path):
     assert len(lines) == 25
 
 
+def test_envs_that_may_not_ask_are_never_asked_but_still_tracked(tmp_path):
+    """A control episode of the prior cannot use an answer, so its env is never the one asked."""
+    import dataclasses
+
+    backend = ProgrammedBackend()
+    ctl = controller(backend, "llm.controller.cooldown=0", "llm.controller.cooldown_after_success=0",
+                     run_dir=tmp_path)
+    for step in range(20):
+        silent = dataclasses.replace(query(0, f"a{step}", beta=1.0), may_ask=False)
+        ctl.maybe_request(step, [silent, query(1, f"b{step}", beta=0.1)])
+    asked = [r.state_key for r in backend.requests]
+    assert asked and all(key.startswith("b") for key in asked)
+    ctl.close()
+
+
 def test_budget_holds_for_background_calls_too():
     backend = ProgrammedBackend(inline=False)
     ctl = controller(backend, "llm.controller.budget=5", "llm.controller.cooldown=0",
@@ -314,7 +329,8 @@ def test_scripted_controller_end_to_end_on_doorkey(tmp_path):
     """Few calls, many advised steps: plans carry the advice between calls."""
     from lore.envs import make_env
 
-    cfg = make_cfg("llm.controller.budget=50", "llm.controller.cooldown=20")
+    cfg = make_cfg("llm.controller.budget=50", "llm.controller.cooldown=20",
+                   "llm.controller.cooldown_after_success=50")
     env = make_env("MiniGrid-DoorKey-5x5-v0", seed=0)
     ctl = LLMController(cfg, tmp_path, env.action_names, env.family)
     env.reset()

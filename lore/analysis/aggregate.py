@@ -61,13 +61,64 @@ def run_metrics(run: Run, settings: AnalysisSettings) -> dict[str, float]:
             episodes["env_step"].to_numpy(float), success, settings.window_center, settings.window_half_width
         )
     out.update(llm_call_counts(run))
+    out.update(prior_run_metrics(run))
     if run.done and "wall_s" in run.done:
         out["wall_s"] = float(run.done["wall_s"])
     return out
 
 
+PRIOR_LAST = ("trust_llm", "trust_plan", "temperature_refits", "temperature_refits_at_bound")
+PRIOR_MEAN = ("beta_mean", "prior_mask_frac", "kl_mix_wm", "beta_disagree", "beta_agree", "u_entropy_frac_disagree",
+              "u_entropy_frac_agree", "u_value_ratio_disagree", "u_value_ratio_agree",
+              "u_disagreement_ratio_disagree", "u_disagreement_ratio_agree")
+
+
+def prior_run_metrics(run: Run) -> dict[str, float]:
+    """What the prior layer did in one run, from metrics.csv after the prefill (empty without a prior).
+
+    ``<name>_last``: last logged value (trust, refit counters); ``<name>_avg``: mean over log points;
+    ``kl_act_max``: the largest logged act-time KL(pi_mix || pi_wm) on advised states;
+    ``lambda_below_max_frac``: share of log points with lambda < lambda_max; ``temperature_lo/hi``: T range.
+    """
+    m = run.metrics
+    if not len(m) or "beta_mean" not in m or "env_step" not in m:
+        return {}
+    prior = run.config.get("prior", {}) if isinstance(run.config, dict) else {}
+    if not prior.get("enabled", False):
+        return {}
+    prefill = float((run.config.get("train") or {}).get("prefill", 0))
+    m = m[m["env_step"] > prefill]
+    out: dict[str, float] = {}
+
+    def finite(name: str) -> np.ndarray:
+        values = m[name].to_numpy(float) if name in m else np.array([])
+        return values[np.isfinite(values)]
+
+    for name in PRIOR_LAST:
+        values = finite(name)
+        if values.size:
+            out[f"{name}_last"] = float(values[-1])
+    for name in PRIOR_MEAN:
+        values = finite(name)
+        if values.size:
+            out[f"{name}_avg"] = float(values.mean())
+    kl = finite("kl_mix_wm")
+    if kl.size:
+        out["kl_act_max"] = float(kl.max())
+    lam = finite("lambda_kl")
+    if lam.size and prior.get("kl_mode") == "lagrangian":
+        out["lambda_below_max_frac"] = float(np.mean(lam < float(prior.get("lambda_max", math.inf)) - 1e-9))
+    temps = finite("temperature")
+    if temps.size and prior.get("align_temperature"):
+        out["temperature_lo"], out["temperature_hi"] = float(temps.min()), float(temps.max())
+    return out
+
+
 CONFIG_COLUMNS = ("train.steps", "train.train_ratio", "model.preset", "eval.every", "eval.episodes",
-                  "llm.backend", "advisor.mode", "env.obs", "env.num_envs", "device")
+                  "llm.backend", "advisor.mode", "env.obs", "env.num_envs", "device",
+                  "prior.kl_bound", "prior.kl_delta", "prior.lambda_max", "prior.control_episodes",
+                  "prior.trust_gain", "prior.temperature_min", "prior.temperature_max", "prior.gate_full_at",
+                  "llm.controller.cooldown", "llm.controller.cooldown_after_success")
 """Resolved-config fields copied into the run table (as ``cfg_<section>_<field>``) for the paper's setup text."""
 
 

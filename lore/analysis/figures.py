@@ -257,6 +257,16 @@ TRACE_PANELS = (
 )
 
 
+def kl_bounds(runs: list[Run]) -> list[float]:
+    """The act-time KL bounds of the runs that use KL control (``kl_mode: lagrangian``)."""
+    bounds = set()
+    for run in runs:
+        prior = run.config.get("prior", {}) if isinstance(run.config, dict) else {}
+        if prior.get("enabled") and prior.get("kl_mode") == "lagrangian" and "kl_bound" in prior:
+            bounds.add(float(prior["kl_bound"]))
+    return sorted(bounds)
+
+
 def plot_kl_traces(runs: list[Run], settings: AnalysisSettings, out_dir: Path) -> list[Path]:
     plt = _pyplot()
     metrics = tidy(runs, "metrics")
@@ -281,6 +291,9 @@ def plot_kl_traces(runs: list[Run], settings: AnalysisSettings, out_dir: Path) -
                 if column == "entropy_mix" and "entropy_wm" in data and data["entropy_wm"].notna().any():
                     grid, matrix = curves_on_grid(data, "entropy_wm")
                     ax.plot(grid, np.nanmean(matrix, axis=0), color=colors[ablation], ls="--", lw=1)
+            if column == "kl_mix_wm":
+                for bound in kl_bounds([r for r in runs if r.env == env]):
+                    ax.axhline(bound, color="0.3", lw=0.8, ls=":")  # the act-time trust region
             ax.set_ylabel(label)
             # the line-style key goes in the title: inside the axes it covers the curves
             key = r" (solid $\pi_{mix}$, dashed $\pi_{wm}$)" if column == "entropy_mix" and len(present) else ""

@@ -284,7 +284,92 @@ def setup_macros(tables: Tables, settings: AnalysisSettings, env: str | None) ->
         "loreBaseline": ablation_tex(settings.baseline),
         "loreWindowCenter": fmt_steps(settings.window_center),
         "loreWindowHalfWidth": fmt_steps(settings.window_half_width),
+        **{name: cfg_number(runs, column, env) for name, column in CONFIG_NUMBER_MACROS.items()},
     }
+
+
+CONFIG_NUMBER_MACROS = {
+    "loreKLBound": "cfg_prior_kl_bound", "loreKLDelta": "cfg_prior_kl_delta", "loreLambdaMax": "cfg_prior_lambda_max",
+    "loreControlEpisodes": "cfg_prior_control_episodes", "loreTrustGain": "cfg_prior_trust_gain",
+    "loreTMin": "cfg_prior_temperature_min", "loreTMax": "cfg_prior_temperature_max",
+    "loreGateFullAt": "cfg_prior_gate_full_at", "loreCooldown": "cfg_llm_controller_cooldown",
+    "loreCooldownSuccess": "cfg_llm_controller_cooldown_after_success",
+}
+"""Configuration numbers the method section quotes, read from the runs' resolved configs."""
+
+
+def cfg_number(runs: pd.DataFrame, column: str, env: str | None) -> str:
+    """A config value of the runs as a plain number (``0.25``, ``100``); several values are listed."""
+    if column not in runs or env is None:
+        return MISSING
+    values = pd.to_numeric(runs.loc[runs["env"] == env, column], errors="coerce").dropna().unique()
+    return ", ".join(f"{v:g}" for v in sorted(values)) if len(values) else MISSING
+
+
+def _runs_of(tables: Tables, env: str | None, ablation: str, column: str) -> np.ndarray:
+    runs = tables.runs
+    if env is None or column not in runs:
+        return np.array([])
+    values = runs.loc[(runs["env"] == env) & (runs["ablation"] == ablation), column].to_numpy(float)
+    return values[np.isfinite(values)]
+
+
+def _per_arm(tables: Tables, env: str | None, columns: Sequence[str], render) -> list[str]:
+    """``render(ablation, *per-run arrays)`` for each arm whose runs logged every column (None skips)."""
+    parts = []
+    for ablation in ordered_ablations(tables.runs["ablation"].unique() if len(tables.runs) else []):
+        values = [_runs_of(tables, env, ablation, column) for column in columns]
+        if all(v.size for v in values):
+            text = render(ablation_tex(ablation), *values)
+            if text:
+                parts.append(text)
+    return parts
+
+
+def kl_sentence(tables: Tables, env: str | None) -> str:
+    """What KL control held in this grid: the largest act-time KL per arm against the bound, and lambda."""
+    def render(arm, kl_max, below, bound):
+        held = "within" if kl_max.max() <= bound.max() + 1e-6 else "above"
+        return (f"in {arm} the largest logged act-time KL was {kl_max.max():.2f} nats ({held} the bound "
+                f"{bound.max():g}) and $\\lambda<\\lambda_{{\\max}}$ on {100 * below.mean():.0f}\\% of logged "
+                f"points (n={below.size})")
+
+    parts = _per_arm(tables, env, ("kl_act_max", "lambda_below_max_frac", "cfg_prior_kl_bound"), render)
+    return "Measured: " + "; ".join(parts) + "." if parts else "No arm of this grid uses KL control."
+
+
+def trust_sentence(tables: Tables, env: str | None) -> str:
+    """Final trust in the LLM's answers per arm that uses trust (mean and range over seeds)."""
+    def render(arm, values):
+        if np.allclose(values, 0.5):  # arms without trust log the uninformed 0.5
+            return None
+        return f"{arm} {values.mean():.2f} ({values.min():.2f}--{values.max():.2f}, n={values.size})"
+
+    parts = _per_arm(tables, env, ("trust_llm_last",), render)
+    return ("Trust in the LLM's answers at the end of training: " + "; ".join(parts) + "." if parts
+            else "No arm of this grid estimates advice trust.")
+
+
+def temperature_sentence(tables: Tables, env: str | None) -> str:
+    """Refits that happened, how many ended at a bound, and the range T moved over."""
+    def render(arm, refits, at_bound, lo, hi):
+        share = f"{100 * at_bound.sum() / refits.sum():.0f}\\%" if refits.sum() > 0 else "none"
+        return (f"{arm}: {refits.mean():.1f} refits per run, {share} of them at a bound, $T$ between "
+                f"{lo.min():.2f} and {hi.max():.2f}")
+
+    parts = _per_arm(tables, env, ("temperature_refits_last", "temperature_refits_at_bound_last",
+                                   "temperature_lo", "temperature_hi"), render)
+    return "Temperature refits: " + "; ".join(parts) + "." if parts else "No arm of this grid aligns the temperature."
+
+
+def gate_sentence(tables: Tables, env: str | None) -> str:
+    """Does the gate separate states? beta where the advice's top action differs from the policy's vs not."""
+    parts = _per_arm(tables, env, ("beta_disagree_avg", "beta_agree_avg"),
+                     lambda arm, dis, agr: f"{arm} {dis.mean():.2f} vs {agr.mean():.2f}")
+    if not parts:
+        return ""
+    return ("Mean $\\beta$ on advised states where the advice's top action differs from the policy's, vs where "
+            "it agrees: " + "; ".join(parts) + ".")
 
 
 def macros_tex(tables: Tables, settings: AnalysisSettings, envs_order: Sequence[str] | None = None) -> str:
@@ -307,6 +392,9 @@ def macros_tex(tables: Tables, settings: AnalysisSettings, envs_order: Sequence[
     lines.append(f"\\newcommand{{\\loreGoals}}{{\\begin{{itemize}}\n{goals}\n\\end{{itemize}}}}")
     lines.append(f"\\newcommand{{\\loreOriginalMetric}}{{{original_metric_sentence(tables, settings, env)}}}")
     lines.append(f"\\newcommand{{\\loreLLMCost}}{{{llm_cost_sentence(tables, env)}}}")
+    for name, sentence in (("loreKLSentence", kl_sentence), ("loreTrustSentence", trust_sentence),
+                           ("loreTemperatureSentence", temperature_sentence), ("loreGateSentence", gate_sentence)):
+        lines.append(f"\\newcommand{{\\{name}}}{{{sentence(tables, env)}}}")
     lines.append(r"\newif\iflorecrafter")
     lines.append(r"\lorecraftertrue" if has_crafter else r"\lorecrafterfalse")
     return "\n".join(lines) + "\n"

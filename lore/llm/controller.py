@@ -73,6 +73,8 @@ class EnvQuery:
     beta: float = 0.0
     is_first: bool = False
     reward: float = 0.0
+    may_ask: bool = True
+    """False where an answer could not be used (e.g. a control episode of the prior): never asked."""
 
 
 @dataclass
@@ -271,7 +273,7 @@ class LLMController:
                 if track.last_key != q.state_key:  # count once per visit, not once per step
                     self._counters["llm_cache_hits"] += 1
                     self._counters["llm_cache_hits_memory"] += 1
-            elif not self._plan_active(q.env_index) and not self._asked(q.state_key):
+            elif q.may_ask and not self._plan_active(q.env_index) and not self._asked(q.state_key):
                 candidates.append(q)
             track.last_key = q.state_key
         if not candidates or self._last_request_step == env_step:

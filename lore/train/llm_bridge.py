@@ -138,7 +138,7 @@ class LLMBridge:
                              out.u_disagreement.float().cpu()])
         if self.cfg.prior.trust:
             u = u * layer.trust.value("llm")
-        return (u * ~layer.control).numpy()  # a control episode never uses advice: do not pay for it
+        return u.numpy()
 
     def after_act(self, env_step: int, out, actions: np.ndarray, beta: np.ndarray, prefill: bool) -> None:
         self._env_step = env_step
@@ -158,7 +158,7 @@ class LLMBridge:
             EnvQuery(env_index=i, state_key=envs.state_key(i),
                      describe=(lambda i=i: envs.describe(i)), snapshot=(lambda i=i: envs.state_snapshot(i)),
                      beta=float(gate[i]), is_first=bool(self._is_first[i]) if hasattr(self, "_is_first") else False,
-                     reward=0.0)
+                     reward=0.0, may_ask=not bool(self.agent.prior.control[i]))  # control: advice unused
             for i in range(self.num_envs)
         ]
         self.controller.maybe_request(env_step, queries)
