@@ -223,7 +223,7 @@ class PriorConfig:
     temperature_min: float = 0.1
     temperature_max: float = 10.0
     temperature_min_labels: int = 128
-    """Calibration labels (states where the critic tells actions apart) needed before T is refitted."""
+    """Calibration labels (states with an unambiguous best action by one-step value) needed before T is refitted."""
     kl_mode: Literal["none", "lagrangian", "prior_reg", "bonus"] = "none"
     kl_bound: float = 2.0
     """lagrangian: hard act-time trust region, KL(pi_mix || pi_wm) <= kl_bound nats per state."""

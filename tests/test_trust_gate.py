@@ -430,3 +430,17 @@ def test_metrics_separate_states_where_advice_disagrees_with_the_policy():
     # Nothing advised since the last read: the separation is undefined, not 0.
     layer.act(logits, prior, torch.zeros(4), u, 1)
     assert math.isnan(layer.metrics()["beta_disagree"])
+
+
+def test_only_unambiguous_best_actions_become_temperature_labels():
+    from lore.prior.trust import clear_best_action
+
+    q = torch.tensor([[1.0, 0.0, 0.0, 0.0],      # clear best: labelled
+                      [1.0, 1.0, 0.0, 0.0],      # a tie at the top: decided by noise, not labelled
+                      [1.0, 0.9999, 0.0, 0.0],   # margin below min_gap: not labelled
+                      [0.3, 0.2, 0.1, 0.0]])     # margin 0.1 < half the spread (0.056)? no: 0.1 > 0.056
+    best, labelled = clear_best_action(q, min_gap=1e-3)
+    assert best.tolist()[0] == 0 and best.tolist()[3] == 0
+    assert labelled.tolist() == [True, False, False, True]
+    with pytest.raises(ValueError, match="A >= 2"):
+        clear_best_action(torch.zeros(3, 1), 1e-3)

@@ -45,7 +45,7 @@ from lore.prior.kl_control import (
 )
 from lore.prior.mixing import categorical_entropy, mix_logits
 from lore.prior.temperature import fit_temperature
-from lore.prior.trust import AdviceTrust
+from lore.prior.trust import AdviceTrust, clear_best_action
 
 _STATE_VERSION = 2
 _LABEL_CAPACITY = 4096
@@ -409,13 +409,14 @@ class PriorLayer:
         z = advice_value_z(q, prior, self.cfg.trust_min_gap)
         self.trust.observe(z, codes.detach().cpu())
         informative = q.std(-1, unbiased=False) > self.cfg.trust_min_gap
-        best = q.argmax(-1)
-        for row in torch.nonzero(informative).flatten().tolist():
+        best, labelled = clear_best_action(q, self.cfg.trust_min_gap)
+        for row in torch.nonzero(labelled).flatten().tolist():
             self.labels.append((prior[row].float(), int(best[row])))
         del self.labels[:-_LABEL_CAPACITY]
         return {"advice_value_z": float(z.mean()), "advice_informative_frac": float(informative.double().mean()),
-                "advice_top_is_best": float((prior.argmax(-1) == best)[informative].double().mean())
-                if bool(informative.any()) else math.nan}
+                "advice_labelled_frac": float(labelled.double().mean()),
+                "advice_top_is_best": float((prior.argmax(-1) == best)[labelled].double().mean())
+                if bool(labelled.any()) else math.nan}
 
     def refit_due(self, env_step: int) -> bool:
         """Whether ``temperature_refit_every`` env steps passed since the last refit (align_temperature on)."""

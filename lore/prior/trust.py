@@ -57,6 +57,22 @@ def advice_value_z(q_values: torch.Tensor, prior_logits: torch.Tensor, min_gap: 
     return ((advised - mean) / (std + min_gap)).to(q_values.dtype)
 
 
+def clear_best_action(q_values: torch.Tensor, min_gap: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(argmax_a Q [N], unambiguous [N] bool)`` for ``Q [N, A]``.
+
+    A state labels its best action only when the margin over the runner-up exceeds both ``min_gap``
+    and half the spread of its action values: where several actions are (nearly) equally good (a
+    no-op among no-ops), the argmax is decided by the critic's noise and would teach the temperature
+    that the advice is wrong when it is not.
+    """
+    if q_values.dim() != 2 or q_values.shape[1] < 2:
+        raise ValueError(f"q_values must be [N, A] with A >= 2, got {tuple(q_values.shape)}")
+    top2 = q_values.topk(2, dim=-1).values
+    margin = top2[:, 0] - top2[:, 1]
+    spread = q_values.std(-1, unbiased=False)
+    return q_values.argmax(-1), (margin > min_gap) & (margin > 0.5 * spread)
+
+
 def trust_from_evidence(mean_z: float, gain: float) -> float:
     """``sigmoid(gain * mean_z)``: 0.5 without evidence."""
     x = max(min(gain * mean_z, 60.0), -60.0)  # exp overflows beyond ~709; sigmoid is flat long before
