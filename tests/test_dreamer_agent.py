@@ -341,3 +341,35 @@ def test_imag_last_limits_the_imagination_starts():
     _, _, metrics, internals = agent.behaviour_losses(post, data)
     assert internals["feat"].shape[1] == B * 2
     assert np.isfinite(metrics["imag_return_mean"])
+
+
+def test_advice_q_values_are_one_imagined_step_scored_by_reward_continue_and_critic():
+    agent = DreamerAgent(symbolic_space(), A, make_cfg(), "cpu")
+    with torch.no_grad():  # give the heads something to say: random output layers
+        for p in agent.critic.parameters():
+            p.normal_(0, 0.3)
+    m = 3
+    start = agent.wm.rssm.initial_state(m)
+    start = {"deter": torch.randn(m, start["deter"].shape[-1]), "stoch": start["stoch"]}
+    state = agent.generator.get_state()
+    q = agent.advice_q_values(start)
+    assert q.shape == (m, A)
+    agent.generator.set_state(state)  # the same latent samples, computed by hand
+    rep = {k: v.repeat_interleave(A, 0) for k, v in start.items()}
+    nxt, _ = agent.wm.rssm.img_step(rep, torch.eye(A).repeat(m, 1), agent.generator)
+    feat = agent.wm.rssm.features(nxt)
+    expected = agent.wm.reward(feat) + agent.cfg.dreamer.gamma * agent.wm.continue_prob(feat) * \
+        agent.critic.values(feat).mean(0)
+    torch.testing.assert_close(q, expected.reshape(m, A).detach())
+    # row i, column a is state i after action a (actions vary fastest)
+    assert not torch.allclose(q[0], q[1])
+
+
+def test_train_step_feeds_trust_and_temperature_only_when_the_prior_wants_them():
+    batch = make_batch()
+    batch["llm_source"] = torch.ones(B, T)
+    full = DreamerAgent(symbolic_space(), A, make_cfg("prior.enabled=true", "prior.trust=true"), "cpu")
+    metrics = full.train_step(batch)
+    assert "advice_value_z" in metrics and full.prior.trust.state_dict()["count"]["llm"] == 1
+    plain = DreamerAgent(symbolic_space(), A, make_cfg("prior.enabled=true"), "cpu")
+    assert "advice_value_z" not in plain.train_step(batch)

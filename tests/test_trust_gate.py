@@ -444,3 +444,60 @@ def test_only_unambiguous_best_actions_become_temperature_labels():
     assert labelled.tolist() == [True, False, False, True]
     with pytest.raises(ValueError, match="A >= 2"):
         clear_best_action(torch.zeros(3, 1), 1e-3)
+
+
+# --------------------------------------------------------------------------- control episodes
+
+
+def test_control_episodes_are_drawn_at_episode_starts_and_silence_the_prior_throughout():
+    gen = torch.Generator().manual_seed(0)
+    layer = PriorLayer(prior_cfg(gate="fixed", beta_max=1.0, control_episodes=0.3), A, num_envs=1)
+    prior = one_hot_advice(torch.tensor([0]))
+    episodes, controlled = 0, 0
+    for step in range(4000):
+        first = torch.tensor([step % 20 == 0])
+        _, beta = layer.act(torch.zeros(1, A), prior, torch.ones(1), None, step, generator=gen, is_first=first)
+        if bool(first):
+            episodes += 1
+            episode_control = bool(layer.control[0])
+            controlled += episode_control
+        # the draw holds for the whole episode: beta is 0 on every step of a control episode only
+        assert (float(beta[0]) == 0.0) == episode_control
+    assert controlled / episodes == pytest.approx(0.3, abs=0.07)
+    resumed = PriorLayer(prior_cfg(gate="fixed", control_episodes=0.3), A, num_envs=1)
+    resumed.load_state_dict(layer.state_dict())
+    assert bool(resumed.control[0]) == bool(layer.control[0])
+
+
+def test_no_control_episodes_when_switched_off_or_for_a_separate_eval_batch():
+    layer = PriorLayer(prior_cfg(gate="fixed", control_episodes=0.0), A, num_envs=2)
+    _, beta = layer.act(torch.zeros(2, A), one_hot_advice(torch.tensor([0, 1])), torch.ones(2), None, 0,
+                        is_first=torch.tensor([True, True]))
+    assert beta.tolist() == [1.0, 1.0] and not layer.control.any()
+
+
+# --------------------------------------------------------------------------- trust-weighted dual
+
+
+def test_dual_sees_the_trust_weighted_kl_and_untrusted_advice_is_not_absorbed():
+    gen = torch.Generator().manual_seed(5)
+    cfg = prior_cfg(gate="fixed", kl_mode="lagrangian", trust=True, kl_delta=0.1, trust_decay=0.9)
+    layer = PriorLayer(cfg, A)
+    layer.lambda_kl = 1.0
+    logits = torch.zeros(4, A, requires_grad=True)
+    prior, mask, beta = one_hot_advice(torch.tensor([0, 1, 2, 3])), torch.ones(4), torch.ones(4)
+    kl = categorical_kl(logits.detach() + prior, logits.detach())  # pi_mix vs pi_wm per row
+    # uninformed trust (0.5): weight 1, the plain masked mean
+    _, m = layer.actor_loss(logits, prior, mask, torch.ones(4), beta, torch.full((4,), LLM))
+    assert m["kl_mix_wm"] == pytest.approx(float(kl.mean()), rel=1e-5)
+    # the LLM's answers lose trust: weight 2 * trust < 1 on their rows only
+    feed_advice(layer, gen, LLM, "worst", updates=40)
+    w = min(1.0, 2 * layer.trust.value("llm"))
+    source = torch.tensor([LLM, LLM, PLAN, PLAN]).float()
+    loss, m = layer.actor_loss(logits, prior, mask, torch.ones(4), beta, source)
+    weights = torch.tensor([w, w, 1.0, 1.0])
+    assert m["kl_mix_wm"] == pytest.approx(0.1 + float((weights * (kl - 0.1)).mean()), rel=1e-5)
+    loss.backward()
+    # the gradient on a row is proportional to its weight (same KL on every row here)
+    grad_norm = logits.grad.norm(dim=-1)
+    assert float(grad_norm[0] / grad_norm[2]) == pytest.approx(w, rel=1e-4)
