@@ -28,6 +28,15 @@ include: "workflow/rules/paper.smk"
 report: "workflow/report/workflow.rst"
 
 
+# Cheap rules, and the ones that need TeX, run where Snakemake runs, never as cluster jobs.
+localrules:
+    all,
+    aggregate,
+    figures,
+    paper_macros,
+    paper,
+
+
 rule all:
     default_target: True
     input:

@@ -474,6 +474,9 @@ def validate_semantics(cfg: RunConfig) -> None:
         (cfg.env.num_envs >= 1, "env.num_envs must be >= 1"),
         (cfg.train.steps > 0, "train.steps must be > 0"),
         (cfg.train.prefill >= 0, "train.prefill must be >= 0"),
+        (cfg.train.prefill < cfg.train.steps,
+         f"train.prefill ({cfg.train.prefill}) must be < train.steps ({cfg.train.steps}): the run would only "
+         f"collect random steps and never train"),
         (cfg.train.train_ratio >= 0, "train.train_ratio must be >= 0"),
         (cfg.train.batch_size >= 1 and cfg.train.batch_length >= 2, "train.batch_size >= 1 and train.batch_length >= 2"),
         (cfg.eval.every > 0 and cfg.eval.episodes >= 1, "eval.every > 0 and eval.episodes >= 1"),

@@ -386,3 +386,27 @@ def test_a_hung_call_is_abandoned_counted_as_timeout_and_frees_the_slot():
     start = time.perf_counter()
     ctl.close(timeout_s=0.1)
     assert time.perf_counter() - start < 1.0  # close never waits for a hung call
+
+
+def test_resume_cuts_the_ledger_back_to_the_checkpoint(tmp_path):
+    """Lines written after a checkpoint belong to steps the resumed run replays: no duplicates."""
+    backend = ProgrammedBackend()
+    ctl = controller(backend, "llm.controller.cooldown=0", "llm.controller.cooldown_after_success=0",
+                     run_dir=tmp_path)
+    for step in range(3):
+        ctl.maybe_request(step, [query(0, f"s{step}", beta=1.0)])
+    checkpoint = ctl.state_dict()
+    for step in range(3, 6):  # written, then the process is killed before the next checkpoint
+        ctl.maybe_request(step, [query(0, f"s{step}", beta=1.0)])
+    ledger = tmp_path / "llm_calls.jsonl"
+    assert len(ledger.read_text().splitlines()) == 6
+    resumed = controller(ProgrammedBackend(), "llm.controller.cooldown=0", "llm.controller.cooldown_after_success=0",
+                         run_dir=tmp_path)
+    resumed.load_state_dict(checkpoint)
+    lines = ledger.read_text().splitlines()
+    assert [json.loads(line)["env_step"] for line in lines] == [0, 1, 2]
+    for step in range(3, 5):  # the replayed steps write their lines once
+        resumed.maybe_request(step, [query(0, f"s{step}", beta=1.0)])
+    resumed.close()
+    ctl.close()
+    assert [json.loads(line)["env_step"] for line in ledger.read_text().splitlines()] == [0, 1, 2, 3, 4]

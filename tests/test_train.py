@@ -161,3 +161,24 @@ def test_done_summary_is_json(tmp_path):
     train(tiny_cfg(), run, show_progress=False)
     summary = json.loads(Path(run / "done").read_text())
     assert summary["env_step"] == 240 and 0.0 <= summary["final_success_rate"] <= 1.0
+
+
+def test_a_second_process_on_a_run_dir_is_refused_and_a_dead_holders_lock_is_not_stale(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom lore.utils.io import exclusive_dir_lock\n"
+         f"with exclusive_dir_lock({str(run)!r}):\n    print('held', flush=True)\n    time.sleep(600)"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        res = lore_cli("train", "--run-dir", str(run), *[a for s in TINY for a in ("--set", s)])
+        lines = [ln for ln in res.stderr.splitlines() if ln.startswith("lore: error")]
+        assert res.returncode == 2 and len(lines) == 1, res.stderr
+        assert f"pid {holder.pid}" in lines[0] and "in use" in lines[0]
+        assert sorted(p.name for p in run.iterdir()) == [".lock"]  # nothing else touched
+    finally:
+        holder.kill()  # SIGKILL: no cleanup code runs, the kernel drops the lock
+        holder.wait()
+    summary = train(tiny_cfg("train.steps=100", "train.prefill=60", "eval.every=100"), run)
+    assert summary["env_step"] >= 100 and (run / "done").exists()

@@ -50,6 +50,16 @@ def test_crafter_names_match_the_environment_package():
     assert set(CRAFTER_ENV_NAMES) == set(CRAFTER_NAMES)
 
 
+def test_seeds_given_on_the_command_line_are_accepted(tmp_path):
+    """`snakemake --config seeds=[0,1,2]` hands the workflow strings; they plan as integer seeds."""
+    proc = run_snakemake(tmp_path, "-n", "--config", "seeds=[0,1,2]", configfile=TEST_CONFIG, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    config = _config("test.yaml")
+    assert job_counts(proc.stdout + proc.stderr)["train"] == len(config["envs"]) * len(config["ablations"]) * 3
+    bad = run_snakemake(tmp_path, "-n", "--config", "seeds=[0,x]", configfile=TEST_CONFIG, timeout=120)
+    assert bad.returncode != 0 and "seeds" in (bad.stdout + bad.stderr)
+
+
 @pytest.mark.parametrize("name", ["config.yaml", "paper.yaml", "test.yaml"])
 def test_shipped_configs_are_valid(name):
     config = _config(name)
@@ -267,3 +277,13 @@ def test_killed_training_job_resumes_from_its_checkpoint(tmp_path):
     assert episodes["episode"].is_unique, "episodes logged twice after resume"
     for path in ("results/tables/stats.csv", "results/figures/fig1_success.png", "paper/generated/macros.tex"):
         assert (workdir / path).is_file(), path
+
+
+def test_retry_resources_grow_with_the_attempt_but_stop_at_the_cap():
+    from lore.analysis.grid import retry_resource
+
+    assert [retry_resource(2880, a) for a in (1, 2, 3, 4)] == [2880, 5760, 5760, 5760]  # default cap 2x
+    assert [retry_resource(60, a, cap=150) for a in (1, 2, 3)] == [60, 120, 150]
+    assert retry_resource(60, 3, cap=30) == 60  # a cap below the base value never shrinks the request
+    with pytest.raises(ValueError, match="attempt"):
+        retry_resource(60, 0)

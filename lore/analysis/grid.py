@@ -104,6 +104,16 @@ def _check_unique(name: str, values: list) -> None:
         seen.add(value)
 
 
+def normalise_cli_config(config: dict) -> dict:
+    """Undo what ``snakemake --config`` does to lists: it parses them with YAML's BaseLoader, so
+    ``--config seeds=[0,1,2]`` arrives as ``['0', '1', '2']``. Seeds written as decimal digits become
+    ints (in place; returned for chaining); anything else is left for the schema to reject by name."""
+    seeds = config.get("seeds")
+    if isinstance(seeds, list):
+        config["seeds"] = [int(s) if isinstance(s, str) and s.strip().isdigit() else s for s in seeds]
+    return config
+
+
 def check_workflow_config(config: dict, environ: dict | None = None) -> list[TrainJob]:
     """Raise :class:`GridError` naming the field if ``config`` cannot run; return the training jobs."""
     from lore.ablations import ABLATIONS
@@ -184,6 +194,18 @@ def env_resources(config: dict, env: str) -> dict[str, object]:
     out.update(resources.get("default") or {})
     out.update(resources.get(env) or {})
     return out
+
+
+def retry_resource(value: int, attempt: int, cap: int | None = None) -> int:
+    """``value * attempt`` (a job killed for time or memory gets more on its retry), never above ``cap``.
+
+    Without an explicit cap the growth stops at twice the configured value: a cluster job asking for
+    4x its runtime on a 4th attempt (days for a Crafter run) waits in the queue far longer than it saves.
+    """
+    if attempt < 1:
+        raise ValueError(f"attempt must be >= 1, got {attempt}")
+    limit = 2 * int(value) if cap is None else max(int(cap), int(value))
+    return min(int(value) * int(attempt), limit)
 
 
 def analysis_args(config: dict) -> str:

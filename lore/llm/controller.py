@@ -393,6 +393,8 @@ class LLMController:
             "tracks": {i: [t.last_key, t.steps_since_reward] for i, t in self._tracks.items()},
             "memory": {k: {"advice": advice_to_dict(e.advice), "step": e.step, "source": e.source,
                            "code_id": e.code_id} for k, e in self._memory.items()},
+            # the ledger as of this checkpoint: a resume cuts the lines written after it (they are replayed)
+            "ledger_bytes": self.ledger.size() if self.ledger is not None else None,
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -414,6 +416,8 @@ class LLMController:
                 raise ValueError(f"LLMController.load_state_dict: cached answer for {key!r} is invalid ({failure})")
             self._memory[key] = _Entry(advice, int(e["step"]), e["source"], e.get("code_id"))
         self._plans.clear()
+        if self.ledger is not None and state.get("ledger_bytes") is not None:
+            self.ledger.truncate(int(state["ledger_bytes"]))
 
     # ------------------------------------------------------------------ internals
 

@@ -16,6 +16,7 @@ text; null for surrogate answers).
 from __future__ import annotations
 
 import json
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,24 @@ class Ledger:
             self._file.write(line + "\n")
             self._file.flush()
             self.lines += 1
+
+    def size(self) -> int:
+        """Bytes written so far (what a checkpoint records, so a resume can cut what came after it)."""
+        with self._lock:
+            if not self._file.closed:
+                self._file.flush()
+            return self.path.stat().st_size
+
+    def truncate(self, size: int) -> int:
+        """Cut the file back to ``size`` bytes (lines written after a checkpoint that a resume replays);
+        returns the number of bytes removed. A file already shorter is left alone."""
+        with self._lock:
+            self._file.flush()
+            current = os.fstat(self._file.fileno()).st_size
+            if size < 0 or size >= current:
+                return 0
+            os.ftruncate(self._file.fileno(), size)
+            return current - size
 
     def close(self) -> None:
         with self._lock:

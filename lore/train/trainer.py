@@ -462,11 +462,20 @@ class Trainer:
 
 def train(cfg: RunConfig, run_dir: str | Path, show_progress: bool | None = None) -> dict:
     """Train (or resume, or no-op when complete) one run; returns the summary written to ``done``."""
+    from lore.utils.io import DirectoryLocked, exclusive_dir_lock
+
     run_dir = Path(run_dir)
     done = run_dir / DONE
     if done.exists():
         return {"already_done": True, **json.loads(done.read_text())}
-    if cfg.train.torch_threads > 0:
-        torch.set_num_threads(cfg.train.torch_threads)
-    trainer = Trainer(cfg, run_dir, show_progress=show_progress)
-    return trainer.run()
+    prepare_run_dir(run_dir)
+    try:
+        with exclusive_dir_lock(run_dir):
+            if done.exists():  # finished by the process that held the lock before us
+                return {"already_done": True, **json.loads(done.read_text())}
+            if cfg.train.torch_threads > 0:
+                torch.set_num_threads(cfg.train.torch_threads)
+            trainer = Trainer(cfg, run_dir, show_progress=show_progress)
+            return trainer.run()
+    except DirectoryLocked as e:
+        raise ConfigError(f"run directory {e}") from None

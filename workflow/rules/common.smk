@@ -8,6 +8,8 @@ from snakemake.utils import validate
 
 from lore.analysis.grid import (
     GridError,
+    normalise_cli_config,
+    retry_resource,
     RUNS_ROOT,
     analysis_args,
     check_workflow_config,
@@ -29,6 +31,7 @@ if _PATH.split(os.pathsep)[0] != _BIN:
     os.environ["PATH"] = os.pathsep.join([_BIN, _PATH])
 
 # ---------------------------------------------------------------- validation (before any job)
+normalise_cli_config(config)  # `--config seeds=[0,1]` gives strings
 validate(config, "../schemas/config.schema.yaml")
 try:
     TRAIN_JOBS = check_workflow_config(config)
@@ -74,12 +77,13 @@ def train_resource(name, default=None):
     """A resource of the training rule from `resources.default` / `resources.<env>`.
 
     mem_mb and runtime grow with the attempt number, so a job killed for exceeding them gets
-    more on its retry; runtime is in minutes.
+    more on its retry, up to `max_mem_mb` / `max_runtime` (default: twice the value); runtime is in minutes.
     """
     def get(wildcards, attempt):
-        value = env_resources(config, wildcards.env).get(name, default)
+        resources = env_resources(config, wildcards.env)
+        value = resources.get(name, default)
         if name in ("mem_mb", "runtime") and value is not None:
-            return int(value) * attempt
+            return retry_resource(int(value), attempt, resources.get(f"max_{name}"))
         if name == "gpu" and not value:
             return None  # no GPU resource at all for CPU runs (None drops the resource)
         return value
