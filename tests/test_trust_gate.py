@@ -501,3 +501,34 @@ def test_dual_sees_the_trust_weighted_kl_and_untrusted_advice_is_not_absorbed():
     # the gradient on a row is proportional to its weight (same KL on every row here)
     grad_norm = logits.grad.norm(dim=-1)
     assert float(grad_norm[0] / grad_norm[2]) == pytest.approx(w, rel=1e-4)
+
+
+def test_episode_comparison_moves_the_trust_of_what_the_llm_wrote():
+    from lore.prior.trust import EpisodeComparison
+
+    cmp = EpisodeComparison(decay=1.0 - 1e-12, min_episodes=3)
+    for r in (1.0, 0.0):
+        cmp.observe(r, control=False)
+    cmp.observe(0.0, control=True)
+    assert cmp.t_statistic() == 0.0  # too few episodes on either side: no evidence
+    for r in (1.0, 0.8, 0.9, 0.0):
+        cmp.observe(r, control=False)
+    for r in (0.0, 0.5):
+        cmp.observe(r, control=True)
+    # hand-computed Welch t: advised mean 0.616.., control 0.1667
+    adv, ctl = torch.tensor([1.0, 0.0, 1.0, 0.8, 0.9, 0.0]), torch.tensor([0.0, 0.0, 0.5])
+    se = math.sqrt(adv.var(unbiased=False) / 6 + ctl.var(unbiased=False) / 3 + 1e-6)
+    assert cmp.t_statistic() == pytest.approx(float((adv.mean() - ctl.mean()) / se), rel=1e-6)
+
+    layer = PriorLayer(prior_cfg(trust=True, control_episodes=0.5), A, num_envs=1)
+    for _ in range(5):  # advised episodes fail, control episodes succeed: adversarial advice
+        layer.control[0] = False
+        layer.observe_episode(0, 0.0)
+        layer.control[0] = True
+        layer.observe_episode(0, 0.9 + 0.05 * torch.rand(1).item())
+    assert layer.trust.value("llm") < 0.05 and layer.trust.value("plan") < 0.05
+    assert layer.trust.value("surrogate") == 0.5  # PriorNet is judged by its own values only
+    assert layer.metrics()["trust_episode_t"] < -3
+    resumed = PriorLayer(prior_cfg(trust=True, control_episodes=0.5), A, num_envs=1)
+    resumed.load_state_dict(layer.state_dict())
+    assert resumed.trust.value("llm") == layer.trust.value("llm")

@@ -242,6 +242,14 @@ class PriorLayer:
             self._record_act(logits_wm, logits_mix, beta, beta_unbounded, mask, prior, signals, u_comb, parts)
         return logits_mix, beta
 
+    def observe_episode(self, env_index: int, episode_return: float) -> None:
+        """An episode of env ``env_index`` ended: its return is evidence for the trust (advised vs control).
+
+        Called before the env's next act step, so ``control`` still describes the episode that ended.
+        """
+        if self.cfg.enabled and self.cfg.trust and self.cfg.control_episodes > 0:
+            self.trust.episodes.observe(float(episode_return), bool(self.control[env_index]))
+
     def _draw_control_episodes(self, is_first: torch.Tensor | None, generator: torch.Generator | None) -> None:
         """At each env's episode start, make the episode a control episode with prob ``control_episodes``."""
         if is_first is None or self.cfg.control_episodes <= 0:
