@@ -182,3 +182,17 @@ def test_a_second_process_on_a_run_dir_is_refused_and_a_dead_holders_lock_is_not
         holder.wait()
     summary = train(tiny_cfg("train.steps=100", "train.prefill=60", "eval.every=100"), run)
     assert summary["env_step"] >= 100 and (run / "done").exists()
+
+
+def test_batch_jobs_log_a_status_line_per_log_interval(tmp_path):
+    from lore.train.trainer import status_line
+
+    cfg = tiny_cfg()
+    assert status_line(cfg, 120, 40.0, 0.5) == (
+        "lore: MiniGrid-Empty-5x5-v0 rl_only seed 0: step 120/240 (50%), 40.0 steps/s, eval SR 0.50, ETA 00:00:03")
+    assert status_line(cfg, 0, 0.0, float("nan")).endswith("eval SR -, ETA ?")
+    res = lore_cli("train", "--run-dir", str(tmp_path / "run"), "--no-progress",
+                   *[a for s in TINY for a in ("--set", s)])
+    assert res.returncode == 0, res.stderr
+    lines = [ln for ln in res.stderr.splitlines() if ln.startswith("lore: MiniGrid-Empty-5x5-v0 rl_only seed 0: step")]
+    assert len(lines) >= 240 // 60 and "step 240/240 (100%)" in lines[-1]  # log_every = 60, plus the final row

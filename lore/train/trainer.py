@@ -51,6 +51,17 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def status_line(cfg: RunConfig, env_step: int, steps_per_s: float, eval_sr: float) -> str:
+    """One line of progress for a job log: step, rate, latest eval SR and the time left at this rate."""
+    total = cfg.train.steps
+    left = max(total - env_step, 0) / steps_per_s if steps_per_s > 0 else float("nan")
+    eta = time.strftime("%H:%M:%S", time.gmtime(left)) if math.isfinite(left) and left < 86400 else (
+        f"{left / 86400:.1f} d" if math.isfinite(left) else "?")
+    sr = f"{eval_sr:.2f}" if math.isfinite(eval_sr) else "-"
+    return (f"lore: {cfg.env.name} {cfg.ablation} seed {cfg.seed}: step {env_step}/{total} "
+            f"({100 * env_step / total:.0f}%), {steps_per_s:.1f} steps/s, eval SR {sr}, ETA {eta}")
+
+
 def prepare_run_dir(run_dir: Path) -> None:
     """Create the run directory and prove it is writable before anything else happens."""
     try:
@@ -345,6 +356,9 @@ class Trainer:
         self.metric_table.flush()
         self.episode_table.flush()
         self.tb.scalars("train", row, self.env_step)
+        if not self.show_progress:  # batch jobs: a status line per log interval instead of a bar
+            print(status_line(self.cfg, self.env_step, row["steps_per_s"], self.latest_eval_sr),
+                  file=sys.stderr, flush=True)
         self.train_metrics.clear()
         self.act_metrics.clear()
         self.next_log = (self.env_step // self.cfg.train.log_every + 1) * self.cfg.train.log_every
