@@ -198,7 +198,7 @@ class PriorConfig:
     """Scale beta by the per-source advice trust (lore.prior.trust): advice the critic rates worse
     than an average action loses its influence, and through beta its KL pull on the actor."""
     trust_gain: float = 3.0
-    """trust = sigmoid(trust_gain * EMA of the advice's value z-score); 0.5 without evidence."""
+    """trust = sigmoid(trust_gain * (EMA of the advice's value z-score + advised-vs-control episode t)); 0.5 without evidence."""
     trust_decay: float = 0.99
     """EMA decay of the trust evidence, per update."""
     trust_min_gap: float = 1e-3

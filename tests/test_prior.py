@@ -128,7 +128,6 @@ def test_ema_normalizer_tracks_mean_and_variance():
     for _ in range(2000):
         norm.update(3.0 + 2.0 * torch.randn(8, generator=gen))
     assert abs(norm.mean - 3.0) < 0.3 and abs(math.sqrt(norm.var) - 2.0) < 0.3
-    assert abs(norm.normalize(torch.tensor([5.0])).item() - 1.0) < 0.2
 
 
 def test_layer_gate_is_beta_max_times_u_without_memory():

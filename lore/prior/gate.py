@@ -65,18 +65,16 @@ def bounded_uncertainty(signals: Sequence[torch.Tensor], weights: Sequence[float
 
 
 class EMANormalizer:
-    """Running mean and variance with exponential decay, for z-scoring a signal.
+    """Running mean and variance with exponential decay (the gate divides a spread by its running mean).
 
     Bias-corrected like Adam's moments (the first update is not shrunk towards 0). ``update``
     takes a batch ``[B]`` and folds its mean and mean square in with weight ``1 - decay``.
     """
 
-    def __init__(self, decay: float, eps: float = 1e-8, z_clip: float = 5.0):
+    def __init__(self, decay: float):
         if not 0.0 <= decay < 1.0:
             raise ValueError(f"EMA decay must be in [0, 1), got {decay}")
         self.decay = float(decay)
-        self.eps = float(eps)
-        self.z_clip = float(z_clip)
         self._mean = 0.0
         self._sq = 0.0
         self.count = 0
@@ -102,11 +100,6 @@ class EMANormalizer:
             return 1.0
         sq = self._sq / (1.0 - self.decay ** self.count)
         return max(sq - self.mean ** 2, 0.0)
-
-    def normalize(self, x: torch.Tensor) -> torch.Tensor:
-        """``(x - mean) / sqrt(var + eps)``, clipped to ``±z_clip`` (few samples give wild z-scores)."""
-        z = (x - self.mean) / math.sqrt(self.var + self.eps)
-        return z.clamp(-self.z_clip, self.z_clip)
 
     def state_dict(self) -> dict:
         return {"mean": self._mean, "sq": self._sq, "count": self.count, "decay": self.decay}
