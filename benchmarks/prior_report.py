@@ -144,11 +144,19 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--runs-root", type=Path, default=Path("results/bench"))
     p.add_argument("--out", type=Path, default=Path("docs/benchmark"))
+    p.add_argument("--paper", type=Path, default=None,
+                   help="also build the paper from these runs into this folder (needs LaTeX)")
     args = p.parse_args(argv)
     tables, figures = args.out / "tables", args.out / "figures"
     common = ["--runs-root", str(args.runs_root), "--budgets", *BUDGETS, "--headline-budget", BUDGETS[-1]]
     run_cli("aggregate", *common, "--out", str(tables))
     run_cli("figures", *common, "--tables", str(tables), "--out", str(figures))
+    if args.paper is not None:
+        generated = args.paper / "generated"
+        run_cli("paper-macros", "--tables", str(tables), "--out", str(generated), *common[2:])
+        subprocess.run([sys.executable, "-m", "lore.analysis.cli", "paper-build", "--tex", "paper/lore.tex",
+                        "--generated", str(generated), "--figures", str(figures), "--out",
+                        str(args.paper / "lore.pdf"), "--log", str(args.paper / "paper.log")], check=True)
     stats = pd.read_csv(tables / "stats.csv")
     runs_table = pd.read_csv(tables / "runs.csv")
 

@@ -232,7 +232,8 @@ def plot_prior_dynamics(runs: list[Run], settings: AnalysisSettings, out_dir: Pa
         axes[0, col].set_title(env_label(env))
         for row, (_, label) in enumerate(PRIOR_DYNAMICS_ROWS):
             axes[row, col].set_ylabel(label)
-        axes[1, col].axhline(0.5, color="0.6", lw=0.8, ls=":")
+        axes[1, col].axhline(0.5, color="0.6", lw=0.8, ls=":")  # uninformed trust
+        axes[1, col].set_ylim(-0.02, 1.02)
         ax_calls.set_ylabel("LLM API calls / 1k steps")
         _steps_axis(ax_calls)
     _legend_below(fig, axes)
