@@ -29,11 +29,13 @@ GRID = [
 
 
 def jobs() -> list[tuple[str, str, int]]:
-    """(env, arm, seed), seed-major within each block so every arm has a seed early."""
-    out = []
+    """(env, arm, seed): the first three seeds of every block first, then the remaining seeds, so an
+    interrupted benchmark has every arm at n >= 3 before any arm gets its 4th seed."""
+    first, rest = [], []
     for env, arms, seeds in GRID:
-        out += [(env, arm, seed) for seed in seeds for arm in arms]
-    return out
+        for seed in seeds:
+            (first if seed < 3 else rest).extend((env, arm, seed) for arm in arms)
+    return first + rest
 
 
 def main(argv: list[str] | None = None) -> int:
