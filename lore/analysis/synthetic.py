@@ -153,7 +153,7 @@ def _write_config(run_dir: Path, spec: SyntheticRun) -> None:
 
     cfg = build_config(
         {"env": {"name": spec.env}, "seed": spec.seed,
-         "train": {"steps": spec.steps}, "eval": {"every": spec.eval_every, "episodes": spec.eval_episodes}},
+         "train": {"steps": spec.steps, "prefill": min(spec.steps // 10, 1000)}, "eval": {"every": spec.eval_every, "episodes": spec.eval_episodes}},
         ablation=spec.ablation,
     )
     atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
