@@ -19,6 +19,7 @@ def _row(env, t, episode_len=5):
         "is_first": first, "is_terminal": (t % episode_len) == episode_len - 1, "is_last": (t % episode_len) == episode_len - 1,
         "llm_prior_logits": np.zeros(4, np.float32), "llm_mask": np.float32(0), "llm_confidence": np.float32(0),
         "llm_beta": np.float32(0), "llm_features": np.zeros(2, np.float32), "llm_features_mask": np.float32(0),
+        "llm_source": np.float32(0),
     }
 
 
