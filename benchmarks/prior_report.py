@@ -20,7 +20,23 @@ from pathlib import Path
 
 import pandas as pd
 
+from lore.analysis.settings import budget_metric
+
 BUDGETS = ("2500", "5000", "10000")
+
+
+def finished_runs(root: Path, out: Path) -> Path:
+    """A run list of the runs under ``root`` that finished (``done`` present); unfinished ones are
+    named on stderr and left out, so a benchmark cut short reports what it reached, with its n."""
+    done, unfinished = [], []
+    for eval_csv in sorted(root.rglob("eval.csv")):
+        (done if (eval_csv.parent / "done").exists() else unfinished).append(eval_csv.parent)
+    for run in unfinished:
+        print(f"prior_report: {run} has not finished; left out", file=sys.stderr)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "run_list.txt"
+    path.write_text("".join(f"{run}\n" for run in done))
+    return path
 
 
 def run_cli(*args: str) -> None:
@@ -98,7 +114,7 @@ def verdict(ok: bool | None) -> str:
 
 def targets(stats: pd.DataFrame, runs_table: pd.DataFrame, env: str, last: str) -> list[str]:
     """The issue's targets on the tuning environment, each with the numbers it rests on."""
-    sr, auc = f"sr_at_{last}", "auc"
+    sr, auc = budget_metric(int(last)), "auc"
 
     def have(*arms):
         return all(stat(stats, env, a, auc) is not None for a in arms)
@@ -148,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="also build the paper from these runs into this folder (needs LaTeX)")
     args = p.parse_args(argv)
     tables, figures = args.out / "tables", args.out / "figures"
-    common = ["--runs-root", str(args.runs_root), "--budgets", *BUDGETS, "--headline-budget", BUDGETS[-1]]
+    common = ["--run-list", str(finished_runs(args.runs_root, tables)), "--budgets", *BUDGETS,
+              "--headline-budget", BUDGETS[-1]]
     run_cli("aggregate", *common, "--out", str(tables))
     run_cli("figures", *common, "--tables", str(tables), "--out", str(figures))
     if args.paper is not None:
@@ -174,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
             calls = group["llm_calls"] if "llm_calls" in group else pd.Series(dtype=float)
             calls_text = (f"{calls.mean():.1f} ({calls.min():.0f}–{calls.max():.0f})"
                           if len(calls) and calls.notna().any() else "0")
-            cells = [fmt_ci(stat(stats, env, arm, f"sr_at_{b}")) for b in BUDGETS]
+            cells = [fmt_ci(stat(stats, env, arm, budget_metric(int(b)))) for b in BUDGETS]
             lines.append(f"| {arm} | {len(group)} | {' | '.join(cells)} | "
                          f"{fmt_ci(stat(stats, env, arm, 'auc'), 3)} | {calls_text} |")
         lines += [""]
