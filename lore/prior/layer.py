@@ -95,6 +95,8 @@ class PriorLayer:
         self.normalisers = [EMANormalizer(cfg.ema_decay) for _ in UNCERTAINTY_KEYS]
         self.trust = AdviceTrust(cfg.trust_decay, cfg.trust_gain)
         self.control = torch.zeros(self.num_envs, dtype=torch.bool)
+        self.last_u: torch.Tensor | None = None
+        """u(s) [num_envs] of the latest act step (the controller's trigger reads it, not a recomputation)."""
         """Per env: is the current episode a control episode (prior off throughout)?"""
         self.labels: list[tuple[torch.Tensor, int]] = []
         """(prior logits [A], best action by one-step value) of recent advised replay states: T's data."""
@@ -237,6 +239,7 @@ class PriorLayer:
         logits_mix = mix_logits(logits_wm, prior, beta, self.temperature)
 
         if stateful:
+            self.last_u = None if u_comb is None else u_comb.detach().cpu()
             self.act_calls += 1
             self.last_env_step = int(env_step)
             self._record_act(logits_wm, logits_mix, beta, beta_unbounded, mask, prior, signals, u_comb, parts)

@@ -130,12 +130,11 @@ class LLMBridge:
             self.feature_failures += 1
 
     # ------------------------------------------------------------------ after acting
-    def gate_values(self, out) -> np.ndarray:
-        """The controller's trigger per env, in [0, 1]: state uncertainty u(s) times the trust in the
-        LLM's answers (asking is worth its cost only where the agent is unsure and the answers help)."""
+    def gate_values(self) -> np.ndarray:
+        """The controller's trigger per env, in [0, 1]: state uncertainty u(s) of this act step times the
+        trust in the LLM's answers (asking is worth its cost only where the agent is unsure and the answers help)."""
         layer = self.agent.prior
-        u, _ = layer.gate_u([out.u_entropy.float().cpu(), out.u_value_var.float().cpu(),
-                             out.u_disagreement.float().cpu()])
+        u = layer.last_u
         if self.cfg.prior.trust:
             u = u * layer.trust.value("llm")
         return u.numpy()
@@ -152,7 +151,7 @@ class LLMBridge:
             return  # random prefill actions: advice would be wasted budget
         from lore.llm.controller import EnvQuery
 
-        gate = self.gate_values(out)
+        gate = self.gate_values()
         envs = self.envs
         queries = [
             EnvQuery(env_index=i, state_key=envs.state_key(i),
