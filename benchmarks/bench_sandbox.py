@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from lore.llm.sandbox import FeatureSandbox
+from lore.sandbox import FeatureSandbox
 
 FEATURE_CODE = """
 import numpy as np

@@ -5,8 +5,8 @@ CPU learning-curve config, two at a time, most important first; then the statist
     .venv/bin/python benchmarks/prior_report.py --runs-root results/bench     # tables + report
 
 DoorKey-5x5 (the tuning environment): 5 seeds of rl_only, kl, full, full_noisy, full_adversarial and
-3 of gate, prior_only (full_distill and full_plan are not in this grid: the session budget that
-produced docs/benchmark did not fit them; run them with learning_curve.py). LavaGapS5 (held out: never run while choosing defaults): 3 seeds
+3 of gate, prior_only; 5 of full_distill (the frugal-calls claim). full_plan is not in this grid (the
+session budget did not fit it; run it with learning_curve.py). LavaGapS5 (held out: never run while choosing defaults): 3 seeds
 of rl_only, kl, full, full_adversarial. 10k env steps, 20 eval episodes per point, eval without the prior.
 Runs resume, so the same command continues an interrupted benchmark.
 """
@@ -23,7 +23,7 @@ from learning_curve import run_one  # noqa: E402
 
 DOORKEY, HELD_OUT = "MiniGrid-DoorKey-5x5-v0", "MiniGrid-LavaGapS5-v0"
 GRID = [
-    (DOORKEY, ("rl_only", "kl", "full", "full_noisy", "full_adversarial"), range(5)),
+    (DOORKEY, ("rl_only", "kl", "full", "full_noisy", "full_adversarial", "full_distill"), range(5)),
     (DOORKEY, ("gate", "prior_only"), range(3)),
     (HELD_OUT, ("rl_only", "kl", "full", "full_adversarial"), range(3)),
 ]

@@ -6,7 +6,7 @@ the resolved ``config.yaml`` of every run shows exactly what it ran.
 
 from __future__ import annotations
 
-from lore.config import ConfigError
+from lore.config import ConfigError, show
 
 _LLM_ON = {"llm.backend": "scripted"}
 _NO_LLM = {"llm.backend": "none", "prior.enabled": False, "features.enabled": False,
@@ -39,6 +39,7 @@ ABLATIONS: dict[str, dict[str, object]] = {
 
 
 def ablation_overrides(name: str) -> dict[str, object]:
-    if name not in ABLATIONS:
-        raise ConfigError(f"ablation: unknown ablation '{name}' (valid: {', '.join(ABLATIONS)})")
+    if not isinstance(name, str) or name not in ABLATIONS:
+        shown = f"'{name}'" if isinstance(name, str) else show(name)
+        raise ConfigError(f"ablation: unknown ablation {shown} (valid: {', '.join(ABLATIONS)})")
     return dict(ABLATIONS[name])

@@ -3,6 +3,7 @@
     lore train --config config/lore/doorkey.yaml --run-dir results/runs/x --ablation full --seed 1 --set train.steps=20000
     lore config --ablation full --set model.preset=s          # print the resolved config
     lore list                                                 # ablations and presets
+    lore eval --run-dir results/runs/x --episodes 20 --with-prior   # evaluate a run's checkpoint
     lore aggregate|figures|paper-macros ...                   # analysis (see lore.analysis.cli)
 
 Every error is one line on stderr naming the problem, with exit status 2 (bad input) or
@@ -18,6 +19,26 @@ import sys
 import yaml
 
 ANALYSIS_COMMANDS = ("aggregate", "figures", "paper-macros")
+MAX_ERROR_CHARS = 4000
+
+
+def one_line(message: object) -> str:
+    """``message`` as one printable line: line breaks become spaces, other control characters escapes."""
+    text = " ".join(part for part in str(message).splitlines() if part.strip())  # \n, \r, \u2028 ...
+    text = "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+    return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS] + " ..."
+
+
+def fail(message: object, status: int = 2) -> int:
+    print(f"lore: error: {one_line(message)}", file=sys.stderr)
+    return status
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as the one-line ``lore: error: ...`` every other bad input gets (exit status 2)."""
+
+    def error(self, message: str):
+        sys.exit(fail(f"{self.prog}: {message} (see `{self.prog} --help`)"))
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
@@ -30,8 +51,10 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
 
 
 def _config_from_args(args):
-    from lore.config import load_config
+    from lore.config import ConfigError, load_config
 
+    if args.config is not None and not args.config.strip():
+        raise ConfigError("--config: empty file name")
     overrides = list(args.set)
     if args.seed is not None:
         overrides.append(f"seed={args.seed}")
@@ -41,7 +64,7 @@ def _config_from_args(args):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lore", description="LoRe: DreamerV3 with a gated LLM action prior")
+    parser = _Parser(prog="lore", description="LoRe: DreamerV3 with a gated LLM action prior")
     sub = parser.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="train, resume, or no-op when the run is complete")
     _add_config_args(t)
@@ -50,6 +73,17 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("config", help="print the fully resolved config as YAML")
     _add_config_args(c)
     sub.add_parser("list", help="list ablations and model presets")
+    e = sub.add_parser("eval", help="evaluate a run's checkpoint on fresh episodes (writes eval.csv's columns)")
+    e.add_argument("--run-dir", "-o", required=True, help="run directory (reads config.yaml and checkpoint.pt)")
+    e.add_argument("--episodes", "-n", type=int, help="episodes (default: the run's eval.episodes)")
+    e.add_argument("--seed", type=int, help="evaluation seed: layouts and sampling (default: the run's seed, "
+                                           "which reproduces training's evaluation at the checkpoint)")
+    e.add_argument("--with-prior", action="store_true",
+                   help="mix in the LLM prior from the run's advisor backend (scripted works offline)")
+    e.add_argument("--env", help="another env id with the same observation and action spaces")
+    e.add_argument("--frames", metavar="DIR", help="save frames (PNG per step, a GIF per episode) under DIR")
+    e.add_argument("--out", help="output CSV (default: RUN/eval_<tag>.csv; never the run's eval.csv)")
+    e.add_argument("--device", choices=["auto", "cpu", "cuda"], help="default: the run's device setting")
     for name in ANALYSIS_COMMANDS:
         sub.add_parser(name, help=f"analysis command (see `lore {name} --help`)", add_help=False)
     return parser
@@ -76,14 +110,17 @@ def main(argv: list[str] | None = None) -> int:
             for name, dims in PRESETS.items():
                 print(f"  {name:6s} {json.dumps(dims)}")
             return 0
+        if args.command == "eval":
+            return _eval(args)
+        if args.command == "train" and not args.run_dir.strip():
+            raise ConfigError("--run-dir: empty directory name")
         cfg = _config_from_args(args)
         if args.command == "config":
             print(yaml.safe_dump(to_dict(cfg), sort_keys=False), end="")
             return 0
         return _train(cfg, args)
     except ConfigError as e:
-        print(f"lore: error: {e}", file=sys.stderr)
-        return 2
+        return fail(e)
 
 
 def _train(cfg, args) -> int:
@@ -97,19 +134,36 @@ def _train(cfg, args) -> int:
         print(f"lore: {e}", file=sys.stderr)
         return 143
     except (CheckpointError, ConfigError) as e:
-        print(f"lore: error: {e}", file=sys.stderr)
-        return 2
+        return fail(e)
     except Exception as e:  # noqa: BLE001 - LLM start-up errors (missing key, bad ledger) get one clear line
         from lore.llm import LLMConfigError
 
         if isinstance(e, LLMConfigError):
-            print(f"lore: error: {e}", file=sys.stderr)
-            return 2
+            return fail(e)
         raise
     if summary.get("already_done"):
         print(f"lore: {args.run_dir} is already complete (env_step {summary.get('env_step')}); nothing to do")
     else:
         print(json.dumps(summary))
+    return 0
+
+
+def _eval(args) -> int:
+    from lore.llm import LLMConfigError
+    from lore.train.checkpoint import CheckpointError
+    from lore.train.eval_cli import EvalOptions, format_row, run_eval
+
+    opts = EvalOptions(run_dir=args.run_dir, episodes=args.episodes, seed=args.seed, with_prior=args.with_prior,
+                       env=args.env, frames=args.frames, out=args.out, device=args.device)
+    try:
+        row = run_eval(opts)
+    except (CheckpointError, LLMConfigError) as e:  # ConfigError is reported by main()
+        print(f"lore: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("lore: eval interrupted; no output written", file=sys.stderr)
+        return 130
+    print(format_row(row))
     return 0
 
 

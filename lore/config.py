@@ -11,6 +11,9 @@ resolved config written next to every run shows exactly what ran.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
+import reprlib
 import types
 import typing
 from dataclasses import dataclass, field
@@ -159,7 +162,10 @@ class LLMConfig:
     max_wait_ms: float = 0.0
     """The env loop waits at most this long for an answer; 0 = never blocks."""
     cache_path: str | None = "results/llm_cache.sqlite"
-    """Persistent (backend, model, prompt) cache shared across runs; None disables."""
+    """Writable persistent (backend, model, prompt) answer cache; None disables. The workflow gives
+    each run its own, inside the run directory (lore.llm.cache explains the scope)."""
+    shared_cache: str | None = None
+    """Read-only answer cache consulted after ``cache_path`` (never written; must not change while runs read it)."""
     replay_ledger: str | None = None
     """``llm_calls.jsonl`` of an earlier run, for ``backend: replay``."""
     simulated_latency_ms: float = 0.0
@@ -203,8 +209,11 @@ class PriorConfig:
     """EMA decay of the trust evidence, per update."""
     trust_min_gap: float = 1e-3
     """Q spread (in return-scale units) below which a state cannot tell the actions apart."""
-    trust_states: int = 256
-    """Advised replay states scored per update (one imagined step per action each)."""
+    trust_states: int = 128
+    """Advised replay states scored per update (``advice_samples`` imagined steps per action each)."""
+    advice_samples: int = 4
+    """Imagined latent samples per (state, action) when scoring advice; with every critic head each
+    gives one draw of Q, and only states where all draws agree on the best action label T."""
     warmup_steps: int = 0
     """Env steps over which beta_max ramps linearly from 0."""
     dropout: float = 0.1
@@ -301,6 +310,17 @@ class RunConfig:
 
 # --------------------------------------------------------------------------- strict (de)serialisation
 
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = 80
+_REPR.maxlong = 40
+_REPR.maxlevel = 3
+
+
+def show(value: Any) -> str:
+    """A short ``repr`` for error messages: bounded length and depth (a value may be a 10,000-deep list
+    or a YAML alias bomb of 10**9 elements)."""
+    return _REPR.repr(value)
+
 
 def _check_value(tp: Any, value: Any, key: str) -> Any:
     origin = typing.get_origin(tp)
@@ -309,7 +329,7 @@ def _check_value(tp: Any, value: Any, key: str) -> Any:
     if origin is Literal:
         choices = typing.get_args(tp)
         if value not in choices:
-            raise ConfigError(f"{key}: {value!r} is not one of {list(choices)}")
+            raise ConfigError(f"{key}: {show(value)} is not one of {list(choices)}")
         return value
     if origin in (Union, types.UnionType):
         args = typing.get_args(tp)
@@ -323,10 +343,10 @@ def _check_value(tp: Any, value: Any, key: str) -> Any:
                 return _check_value(arg, value, key)
             except ConfigError as e:
                 errors.append(str(e))
-        raise ConfigError(errors[0] if errors else f"{key}: invalid value {value!r}")
+        raise ConfigError(errors[0] if errors else f"{key}: invalid value {show(value)}")
     if origin in (list, tuple):
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{key}: expected a list, got {type(value).__name__} {value!r}")
+            raise ConfigError(f"{key}: expected a list, got {type(value).__name__} {show(value)}")
         (item_tp, *_) = typing.get_args(tp) or (Any,)
         return [_check_value(item_tp, v, f"{key}[{i}]") for i, v in enumerate(value)]
     if origin is dict:
@@ -337,13 +357,13 @@ def _check_value(tp: Any, value: Any, key: str) -> Any:
         return _from_dict(tp, value, key)
     if tp is bool:
         if not isinstance(value, bool):
-            raise ConfigError(f"{key}: expected true/false, got {value!r}")
+            raise ConfigError(f"{key}: expected true/false, got {show(value)}")
         return value
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
             if isinstance(value, float) and value.is_integer():
                 return int(value)
-            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+            raise ConfigError(f"{key}: expected an integer, got {show(value)}")
         return value
     if tp is float:
         if isinstance(value, str):
@@ -351,20 +371,26 @@ def _check_value(tp: Any, value: Any, key: str) -> Any:
             try:
                 value = float(value)
             except ValueError:
-                raise ConfigError(f"{key}: expected a number, got {value!r}") from None
+                raise ConfigError(f"{key}: expected a number, got {show(value)}") from None
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{key}: expected a number, got {value!r}")
-        return float(value)
+            raise ConfigError(f"{key}: expected a number, got {show(value)}")
+        try:
+            number = float(value)
+        except OverflowError:  # an int beyond the float range (10**400)
+            raise ConfigError(f"{key}: {show(value)} is out of range") from None
+        if not math.isfinite(number):
+            raise ConfigError(f"{key}: expected a finite number, got {show(value)}")
+        return number
     if tp is str:
         if not isinstance(value, str):
-            raise ConfigError(f"{key}: expected a string, got {value!r}")
+            raise ConfigError(f"{key}: expected a string, got {show(value)}")
         return value
     raise ConfigError(f"{key}: unsupported type {tp}")
 
 
 def _from_dict(cls: type, data: Any, prefix: str = "") -> Any:
     if not isinstance(data, dict):
-        raise ConfigError(f"{prefix or 'config'}: expected a mapping, got {type(data).__name__} {data!r}")
+        raise ConfigError(f"{prefix or 'config'}: expected a mapping, got {type(data).__name__} {show(data)}")
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     for key in data:
@@ -393,18 +419,91 @@ def _deep_merge(base: dict, update: dict) -> dict:
     return out
 
 
+# --------------------------------------------------------------------------- YAML text -> data
+
+MAX_CONFIG_BYTES = 1 << 20
+"""A run config is a few KB (a resolved one ~3 KB); a bigger file is not a config (and PyYAML's pure-Python
+loader would take seconds on it)."""
+
+
+def _yaml_problem(e: Exception) -> str:
+    """One line for a PyYAML error: the problem and where (``str(e)`` spans several lines)."""
+    if isinstance(e, yaml.MarkedYAMLError):
+        problem = e.problem or e.context or type(e).__name__
+        mark = e.problem_mark or e.context_mark
+        if "'\\t'" in problem or "\t" in problem:
+            problem = "a tab character where YAML expects spaces (YAML indents with spaces only)"
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        return f"{problem}{where}"
+    if isinstance(e, yaml.reader.ReaderError):
+        return f"{e.reason} at character position {e.position}"
+    return " ".join(str(e).split())
+
+
+def _check_duplicate_keys(root: yaml.Node) -> None:
+    """Reject a mapping that names a key twice (PyYAML silently keeps the last one).
+
+    Iterative and visiting each node once, so neither deep nesting nor an alias bomb costs more
+    than the document's size.
+    """
+    stack: list[tuple[yaml.Node, str]] = [(root, "")]
+    seen: set[int] = set()
+    while stack:
+        node, path = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            keys: set[str] = set()
+            for key_node, value_node in node.value:
+                if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                    name = f"{path}.{key_node.value}" if path else str(key_node.value)
+                    if key_node.value in keys:
+                        raise ConfigError(f"duplicate key '{show(name)[1:-1]}' "
+                                          f"(line {key_node.start_mark.line + 1})")
+                    keys.add(key_node.value)
+                    stack.append((value_node, name))
+                else:
+                    stack.append((value_node, path))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((item, f"{path}[{i}]") for i, item in enumerate(node.value))
+
+
+def _parse_yaml(text: str) -> Any:
+    """Parse one YAML document strictly; every failure is a :class:`ConfigError` with a one-line message."""
+    loader = None
+    try:
+        loader = yaml.SafeLoader(text)  # safe: no Python tags; the reader rejects control characters here
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_duplicate_keys(node)
+        return loader.construct_document(node)
+    except ConfigError:
+        raise
+    except yaml.YAMLError as e:
+        raise ConfigError(f"not valid YAML: {_yaml_problem(e)}") from None
+    except RecursionError:
+        raise ConfigError("not valid YAML for a config: nested too deeply") from None
+    except ValueError as e:  # e.g. an integer of more than 4300 digits
+        raise ConfigError(f"not valid YAML for a config: {' '.join(str(e).split())[:200]}") from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+
+
 def parse_override(text: str) -> dict:
     """``"a.b.c=1"`` -> ``{"a": {"b": {"c": 1}}}`` (value parsed as YAML)."""
     if "=" not in text:
-        raise ConfigError(f"bad override '{text}': expected KEY=VALUE, e.g. train.steps=20000")
+        raise ConfigError(f"bad override {show(text)}: expected KEY=VALUE, e.g. train.steps=20000")
     key, raw = text.split("=", 1)
     key = key.strip()
     if not key or any(not part.isidentifier() for part in key.split(".")):
-        raise ConfigError(f"bad override '{text}': '{key}' is not a dotted key like train.steps")
+        raise ConfigError(f"bad override {show(text)}: {show(key)} is not a dotted key like train.steps")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError as e:
-        raise ConfigError(f"bad override '{text}': value is not valid YAML ({e.__class__.__name__})") from e
+        value = _parse_yaml(raw) if raw.strip() else ""
+    except ConfigError as e:
+        raise ConfigError(f"{key}: bad value in --set {show(text)}: {e}") from None
     node: dict = {}
     cursor = node
     parts = key.split(".")
@@ -428,15 +527,33 @@ def nested_from_dotted(flat: dict[str, Any]) -> dict:
 
 
 def load_yaml(path: str | Path) -> dict:
+    """A YAML file whose top level is a non-empty mapping; any other content is a one-line :class:`ConfigError`."""
+    if not str(path).strip():
+        raise ConfigError("config file: empty file name")
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {e}") from e
+        if path.is_dir():
+            raise ConfigError(f"config file {path} is a directory")
+        if not path.is_file():
+            raise ConfigError(f"config file not found: {path}")
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"config file {path} is too large ({path.stat().st_size} bytes; a config is a few KB)")
+        raw = path.read_bytes()
+    except OSError as e:
+        raise ConfigError(f"config file {path}: cannot read it ({e.strerror or e})") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config file {path}: not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start}; "
+                          f"a binary file?)") from None
+    try:
+        data = _parse_yaml(text)
+    except ConfigError as e:
+        raise ConfigError(f"config file {path}: {e}") from None
+    if data is None:
+        raise ConfigError(f"config file {path} is empty (expected a mapping of settings, e.g. 'train: {{steps: 1000}}')")
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: top level must be a mapping")
+        raise ConfigError(f"config file {path}: top level must be a mapping of settings, got {type(data).__name__}")
     return data
 
 
@@ -468,36 +585,310 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     return build_config(load_yaml(path) if path else None, overrides, ablation)
 
 
+# --------------------------------------------------------------------------- ranges of the numeric keys
+
+MAX_STEPS = 10**12
+"""Env-step counts and intervals stay below 10**12: at 10**5 steps/s that is 300 years of training, so
+anything larger is a typo (or an attempt at an overflow)."""
+MAX_COUNT = 10**9
+"""Counts of calls, samples or labels: 10**9 is beyond what one run can use."""
+MAX_SCALE = 1e6
+"""Loss scales and mixing weights are relative: at 1e6 every other term has already vanished."""
+MAX_PARAMETERS = 2 * 10**9
+"""Rough cap on the model size (see :func:`estimated_parameters`): 2e9 fp32 parameters are 8 GB of weights
+and 32 GB with gradients and Adam's two moments -- about what one 80 GB GPU holds with activations."""
+CRAFTER_ENV_NAMES = ("crafter", "CrafterReward-v1", "CrafterNoReward-v1")
+"""The Crafter names :func:`lore.envs.make_env` accepts (the keys of ``lore.envs.crafter.CRAFTER_NAMES``)."""
+
+
+@dataclass(frozen=True)
+class Limit:
+    """The accepted range of one numeric key (ends open or closed)."""
+
+    lo: float
+    hi: float
+    lo_open: bool = False
+    hi_open: bool = False
+
+    def __contains__(self, x: float) -> bool:
+        above = x > self.lo if self.lo_open else x >= self.lo
+        below = x < self.hi if self.hi_open else x <= self.hi
+        return above and below
+
+    def __str__(self) -> str:
+        return (f"{'(' if self.lo_open else '['}{_number(self.lo)}, {_number(self.hi)}"
+                f"{')' if self.hi_open else ']'}")
+
+
+def _number(x: float) -> str:
+    if isinstance(x, int) and not isinstance(x, bool):
+        return f"{x:_}" if abs(x) >= 100_000 else str(x)
+    return f"{x:g}"
+
+
+def _closed(lo: float, hi: float) -> Limit:
+    return Limit(lo, hi)
+
+
+_UNIT = Limit(0.0, 1.0)                               # a probability or a fraction
+_DECAY = Limit(0.0, 1.0, hi_open=True)                # an EMA decay: 1 would never move
+_SCALE = Limit(0.0, MAX_SCALE)                        # a loss scale or weight (0 switches the term off)
+_POSITIVE = Limit(0.0, 1e3, lo_open=True)             # temperatures, KL bounds (nats), gains
+_LR = Limit(0.0, 1.0, lo_open=True)                   # Adam: a step of ~lr per parameter; > 1 diverges at once
+_EPS = Limit(0.0, 1.0, lo_open=True)
+_CLIP = Limit(0.0, 1e12, lo_open=True)                # gradient-norm clips (1e12 = effectively off)
+_STEPS = Limit(0, MAX_STEPS, hi_open=True)            # env-step counts where 0 means "off" / "from the start"
+_INTERVAL = Limit(1, MAX_STEPS, hi_open=True)         # every N env steps: 0 or less never advances
+_COUNT = Limit(1, MAX_COUNT)
+_SECONDS = Limit(0.0, 3600.0)                         # waits: an hour is already a hung run
+_MILLISECONDS = Limit(0.0, 3_600_000.0)
+
+LIMITS: dict[str, Limit] = {
+    # Seeds: numpy's SeedSequence (per-env seeds) rejects negatives; Crafter draws worlds from a 31-bit
+    # seed and the evaluation envs use seed + 10_000_000, which must stay below 2**32 for numpy.
+    "seed": _closed(0, 2**31 - 1),
+    # Envs are stepped one after another in this process, each with its own replay stream.
+    "env.num_envs": _closed(1, 1024),
+    "env.max_episode_steps": Limit(1, MAX_STEPS, hi_open=True),
+    # Crafter's world generator needs >= 16 cells a side and costs area**2 per reset (1024 = 256x the default).
+    "env.crafter_area": _closed(16, 1024),
+    # The local map is view**2 one-hot cells per step in replay (odd: the player sits in the centre).
+    "env.crafter_view": _closed(1, 63),
+    # Network sizes (after the preset is applied); ~8-16x the largest preset ("m"). The total is also
+    # capped by MAX_PARAMETERS, since a layer count and a width that are each fine can multiply out of memory.
+    "model.deter": _closed(1, 16_384),
+    "model.stoch": _closed(1, 1024),
+    "model.classes": _closed(1, 1024),
+    "model.units": _closed(1, 16_384),
+    "model.layers": _closed(1, 64),
+    "model.cnn_depth": _closed(1, 1024),
+    "model.bins": _closed(3, 4095),                   # odd (so 0 is a bin), see lore.dreamer.math
+    "model.value_heads": _closed(1, 64),
+    "model.ensemble": _closed(1, 64),
+    "model.feature_units": _closed(1, 16_384),
+    "dreamer.gamma": Limit(0.0, 1.0, lo_open=True),
+    "dreamer.lam": _UNIT,
+    "dreamer.horizon": _closed(1, 1000),              # imagined steps: activations grow B*T*H
+    "dreamer.imag_last": _closed(0, 65_536),          # and <= train.batch_length
+    "dreamer.ensemble_scale": _SCALE,
+    "dreamer.value_bootstrap": Limit(0.0, 1.0, lo_open=True),
+    "dreamer.actor_entropy": _SCALE,
+    "dreamer.free_bits": _closed(0.0, 1e3),           # nats; 32 latents x ln(1024) classes is only 222
+    "dreamer.kl_dyn": _SCALE,
+    "dreamer.kl_rep": _SCALE,
+    "dreamer.unimix": Limit(0.0, 1.0, hi_open=True),  # 1 would be a uniform policy
+    "dreamer.retnorm_decay": _DECAY,
+    "dreamer.retnorm_low": _closed(0.0, 100.0),       # percentiles
+    "dreamer.retnorm_high": _closed(0.0, 100.0),
+    "dreamer.slow_critic_fraction": _UNIT,
+    "dreamer.slow_critic_reg": _SCALE,
+    "dreamer.decoder_scale": _SCALE,
+    "dreamer.reward_scale": _SCALE,
+    "dreamer.continue_scale": _SCALE,
+    "dreamer.wm_lr": _LR,
+    "dreamer.wm_eps": _EPS,
+    "dreamer.wm_clip": _CLIP,
+    "dreamer.ac_lr": _LR,
+    "dreamer.ac_eps": _EPS,
+    "dreamer.ac_clip": _CLIP,
+    "train.steps": Limit(1, MAX_STEPS, hi_open=True),
+    "train.prefill": _STEPS,                          # and < train.steps
+    "train.train_ratio": _closed(0.0, 1e6),           # 1e6 is ~1000 updates per env step at the default batch
+    "train.batch_size": _closed(1, 65_536),           # and batch_size * batch_length <= 2**20
+    "train.batch_length": _closed(2, 65_536),         # and <= train.steps
+    "train.replay_capacity": _closed(1, 10**10),      # and >= 4 * train.batch_length
+    "train.checkpoint_every": _INTERVAL,
+    "train.torch_threads": _closed(0, 1024),
+    "train.log_every": _INTERVAL,
+    "eval.every": _INTERVAL,
+    "eval.episodes": _closed(1, 100_000),
+    "llm.timeout_s": Limit(0.0, 3600.0, lo_open=True),
+    "llm.retries": _closed(0, 100),
+    "llm.backoff_s": _SECONDS,
+    "llm.max_wait_ms": _MILLISECONDS,
+    "llm.simulated_latency_ms": _MILLISECONDS,
+    "llm.logit_clip": _POSITIVE,
+    "llm.plan_max_len": _closed(1, 4096),
+    "llm.plan_logit": _closed(0.0, 1e3),
+    "llm.max_inflight": _closed(1, 64),
+    "llm.controller.budget": _closed(0, MAX_COUNT),
+    "llm.controller.cooldown": _STEPS,
+    "llm.controller.cooldown_after_success": _STEPS,
+    "llm.controller.cache_ttl": _STEPS,
+    "llm.controller.trigger_beta": _closed(0.0, 1e3),  # compared with beta <= prior.beta_max
+    "llm.controller.trigger_plateau": _STEPS,
+    "advisor.accuracy": _UNIT,
+    "advisor.confidence": _UNIT,
+    "prior.beta_max": _closed(0.0, 1e3),
+    "prior.gate_full_at": Limit(0.0, 1.0, lo_open=True),  # the uncertainty u lies in [0, 1]
+    "prior.trust_gain": _POSITIVE,
+    "prior.trust_decay": _DECAY,
+    "prior.trust_min_gap": Limit(0.0, MAX_SCALE, lo_open=True),
+    "prior.trust_states": _closed(1, 1_000_000),
+    "prior.advice_samples": _closed(1, 64),
+    "prior.warmup_steps": _STEPS,
+    "prior.dropout": Limit(0.0, 1.0, hi_open=True),
+    "prior.control_episodes": Limit(0.0, 1.0, hi_open=True),
+    "prior.w_entropy": _SCALE,                        # and at least one of the three > 0
+    "prior.w_value": _SCALE,
+    "prior.w_disagreement": _SCALE,
+    "prior.ema_decay": _DECAY,
+    "prior.temperature": _POSITIVE,
+    "prior.temperature_refit_every": _INTERVAL,
+    "prior.temperature_min": _POSITIVE,               # and <= temperature_max
+    "prior.temperature_max": _POSITIVE,
+    "prior.temperature_min_labels": _COUNT,
+    "prior.kl_bound": _POSITIVE,
+    "prior.kl_delta": _closed(0.0, 1e3),
+    "prior.kl_eta": _closed(0.0, 1e3),
+    "prior.lambda_max": _SCALE,
+    "prior.lambda_kl": _SCALE,
+    "prior.beta_bonus": _SCALE,
+    "prior.anneal_end": _STEPS,
+    # The feature sandbox's own limits (lore.sandbox.runner.FeatureSandbox): at most 4096 features, a
+    # positive per-observation timeout (a worker's CPU lifetime is 600 s), >= 16 MB of address space for
+    # the worker (up to 1 TB), 1..64 worker processes, clip <= 1e30 (float32 range).
+    "features.n_features": _closed(1, 4096),
+    "features.timeout_s": Limit(0.0, 600.0, lo_open=True),
+    "features.memory_mb": _closed(16, 1 << 20),
+    "features.workers": _closed(1, 64),
+    "features.clip": Limit(0.0, 1e30, lo_open=True),
+    "plan.every": _INTERVAL,
+    "plan.horizon": _closed(1, 1000),
+    "plan.samples": _closed(1, 100_000),              # CEM rolls out samples x horizon latent steps per call
+    "plan.elites": _closed(1, 100_000),               # and <= plan.samples
+    "plan.iterations": _closed(1, 1000),
+    "plan.smoothing": _UNIT,
+    "plan.mix_weight": _closed(0.0, 1e3),
+    "distill.trust_kl": _POSITIVE,
+    "distill.min_samples": _COUNT,
+    "distill.holdout_frac": _UNIT,
+    "distill.check_every": _COUNT,
+    "distill.loss_scale": _SCALE,
+}
+"""The accepted range of every numeric key, checked after the preset is applied. A key missing here still
+has to be finite and fit in 64 bits (see :func:`check_ranges`); tests/test_bad_input.py requires an entry."""
+
+
+@functools.cache
+def numeric_keys(cls: type = RunConfig, prefix: str = "") -> dict[str, type]:
+    """Every int/float field of ``cls`` (nested dataclasses as dotted keys) -> ``int`` or ``float``."""
+    out: dict[str, type] = {}
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        tp, key = hints[f.name], prefix + f.name
+        if dataclasses.is_dataclass(tp):
+            out.update(numeric_keys(tp, key + "."))
+            continue
+        args = typing.get_args(tp) if typing.get_origin(tp) in (Union, types.UnionType) else (tp,)
+        base = [a for a in args if a is not type(None)]
+        if base in ([int], [float]):
+            out[key] = base[0]
+    return out
+
+
+def _get(cfg: Any, key: str) -> Any:
+    for part in key.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
+
+
+def check_ranges(cfg: RunConfig) -> None:
+    """Every numeric key finite and inside its :data:`LIMITS` range (None = "not set" is fine)."""
+    for key in numeric_keys():
+        value = _get(cfg, key)
+        if value is None:
+            continue
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{key}: expected a finite number, got {value}")
+        limit = LIMITS.get(key) or Limit(-(2**63), 2**63 - 1)
+        if value not in limit:
+            raise ConfigError(f"{key} must be in {limit}, got {show(value)}")
+
+
+def estimated_parameters(model: ModelConfig, num_actions: int = 20, obs_dim: int = 2048) -> int:
+    """A rough (within ~2x) parameter count of the DreamerV3 networks for a resolved ``model``."""
+    units, layers = model.units, model.layers
+    latent = model.stoch * model.classes
+    feat = model.deter + latent
+
+    def mlp(inp: int, out: int) -> int:
+        return inp * units + (layers - 1) * units * units + units * out
+
+    rssm = 3 * model.deter * (units + model.deter) + units * (latent + num_actions) + 2 * units * latent \
+        + units * (model.deter + obs_dim)
+    heads = mlp(obs_dim, obs_dim) + mlp(feat, obs_dim) + mlp(feat, model.bins) + mlp(feat, 1) + mlp(feat, num_actions)
+    critic = 2 * model.value_heads * mlp(feat, model.bins)  # critic + slow copy
+    ensemble = model.ensemble * mlp(feat + num_actions, latent)
+    cnn = 2 * 9 * model.cnn_depth ** 2 * (2 + 8 + 32)  # encoder + decoder, depths d, 2d, 4d, 8d
+    return rssm + heads + critic + ensemble + cnn + mlp(model.feature_units, model.feature_units)
+
+
+def _check_env_name(name: str) -> None:
+    """``env.name`` is a Crafter name or a registered ``MiniGrid-*`` id (checked without building the env)."""
+    if name in CRAFTER_ENV_NAMES:
+        return
+    import difflib
+
+    import gymnasium
+    import minigrid  # noqa: F401  (registers the MiniGrid-* ids)
+
+    grid_ids = sorted(k for k in gymnasium.registry if k.startswith("MiniGrid-"))
+    if name in grid_ids:
+        return
+    close = difflib.get_close_matches(name, [*CRAFTER_ENV_NAMES, *grid_ids], n=3) if len(name) < 200 else []
+    hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    raise ConfigError(f"env.name: unknown environment {show(name)}.{hint} Accepted: {', '.join(CRAFTER_ENV_NAMES)} "
+                      f"or a registered MiniGrid-* id ({len(grid_ids)} of them, e.g. MiniGrid-DoorKey-5x5-v0)")
+
+
 def validate_semantics(cfg: RunConfig) -> None:
-    """Cross-field checks that types alone cannot express."""
+    """Ranges of every numeric key, then the cross-field checks that types alone cannot express."""
+    check_ranges(cfg)
+    t, m, env = cfg.train, cfg.model, cfg.env
     checks = [
-        (cfg.env.num_envs >= 1, "env.num_envs must be >= 1"),
-        (cfg.train.steps > 0, "train.steps must be > 0"),
-        (cfg.train.prefill >= 0, "train.prefill must be >= 0"),
-        (cfg.train.prefill < cfg.train.steps,
-         f"train.prefill ({cfg.train.prefill}) must be < train.steps ({cfg.train.steps}): the run would only "
+        (t.prefill < t.steps,
+         f"train.prefill ({t.prefill}) must be < train.steps ({t.steps}): the run would only "
          f"collect random steps and never train"),
-        (cfg.train.train_ratio >= 0, "train.train_ratio must be >= 0"),
-        (cfg.train.batch_size >= 1 and cfg.train.batch_length >= 2, "train.batch_size >= 1 and train.batch_length >= 2"),
-        (cfg.eval.every > 0 and cfg.eval.episodes >= 1, "eval.every > 0 and eval.episodes >= 1"),
-        (0.0 <= cfg.advisor.accuracy <= 1.0, "advisor.accuracy must be in [0, 1]"),
-        (0.0 <= cfg.prior.dropout < 1.0, "prior.dropout must be in [0, 1)"),
-        (0.0 <= cfg.prior.control_episodes < 1.0, "prior.control_episodes must be in [0, 1)"),
-        (cfg.prior.kl_bound > 0 and cfg.prior.kl_delta >= 0, "prior.kl_bound must be > 0 and prior.kl_delta >= 0"),
-        (cfg.prior.gate_full_at > 0, "prior.gate_full_at must be > 0"),
-        (cfg.prior.trust_gain > 0 and 0 <= cfg.prior.trust_decay < 1, "prior.trust_gain > 0 and trust_decay in [0, 1)"),
-        (cfg.prior.trust_min_gap > 0 and cfg.prior.trust_states >= 1, "prior.trust_min_gap > 0 and trust_states >= 1"),
-        (cfg.prior.beta_max >= 0, "prior.beta_max must be >= 0"),
-        (0 < cfg.prior.temperature_min <= cfg.prior.temperature_max, "prior.temperature_min/max out of order"),
-        (cfg.plan.elites <= cfg.plan.samples, "plan.elites must be <= plan.samples"),
+        (t.batch_length <= t.steps,
+         f"train.batch_length ({t.batch_length}) must be <= train.steps ({t.steps}): no sequence that long "
+         f"is ever collected, so the run would never train"),
+        (t.replay_capacity >= 4 * t.batch_length,
+         f"train.replay_capacity ({t.replay_capacity}) must be >= 4 * train.batch_length ({4 * t.batch_length}): "
+         f"replay stores each env's steps in chunks of 4 sequences"),
+        (t.batch_size * t.batch_length <= 2**20,
+         f"train.batch_size * train.batch_length ({t.batch_size} * {t.batch_length}) must be <= 2**20 steps "
+         f"per batch (a bigger batch does not fit in memory)"),
+        (cfg.dreamer.imag_last <= t.batch_length,
+         f"dreamer.imag_last ({cfg.dreamer.imag_last}) must be <= train.batch_length ({t.batch_length}): "
+         f"it counts steps of one replayed sequence"),
+        (cfg.dreamer.retnorm_low < cfg.dreamer.retnorm_high,
+         f"dreamer.retnorm_low ({cfg.dreamer.retnorm_low:g}) must be < dreamer.retnorm_high "
+         f"({cfg.dreamer.retnorm_high:g})"),
+        (cfg.prior.temperature_min <= cfg.prior.temperature_max,
+         f"prior.temperature_min ({cfg.prior.temperature_min:g}) must be <= prior.temperature_max "
+         f"({cfg.prior.temperature_max:g})"),
+        (cfg.prior.w_entropy + cfg.prior.w_value + cfg.prior.w_disagreement > 0,
+         "prior.w_entropy, prior.w_value and prior.w_disagreement are all 0: the uncertainty gate needs one > 0"),
+        (cfg.plan.elites <= cfg.plan.samples,
+         f"plan.elites ({cfg.plan.elites}) must be <= plan.samples ({cfg.plan.samples})"),
         (cfg.llm.backend != "replay" or cfg.llm.replay_ledger, "llm.backend=replay needs llm.replay_ledger"),
-        (0.0 < cfg.dreamer.gamma <= 1.0, "dreamer.gamma must be in (0, 1]"),
-        (0.0 < cfg.dreamer.value_bootstrap <= 1.0, "dreamer.value_bootstrap must be in (0, 1]"),
-        (cfg.features.n_features >= 1, "features.n_features must be >= 1"),
+        (env.crafter_view % 2 == 1,
+         f"env.crafter_view must be odd (the player sits in the centre), got {env.crafter_view}"),
+        (env.crafter_view <= env.crafter_area,
+         f"env.crafter_view ({env.crafter_view}) must be <= env.crafter_area ({env.crafter_area}): "
+         f"the view would be wider than the world"),
+        (m.bins % 2 == 1, f"model.bins must be odd (so that 0 is a bin), got {m.bins}"),
     ]
     for ok, message in checks:
         if not ok:
             raise ConfigError(message)
+    params = estimated_parameters(m)
+    if params > MAX_PARAMETERS:
+        raise ConfigError(f"model: ~{params:.2g} parameters (model.deter={m.deter}, units={m.units}, "
+                          f"layers={m.layers}, stoch={m.stoch}, classes={m.classes}, cnn_depth={m.cnn_depth}) is "
+                          f"more than {MAX_PARAMETERS:.0e}, which does not fit in one GPU's memory")
+    _check_env_name(env.name)
 
 
 def save_config(cfg: RunConfig, path: str | Path) -> None:

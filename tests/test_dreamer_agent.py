@@ -352,16 +352,20 @@ def test_advice_q_values_are_one_imagined_step_scored_by_reward_continue_and_cri
     start = agent.wm.rssm.initial_state(m)
     start = {"deter": torch.randn(m, start["deter"].shape[-1]), "stoch": start["stoch"]}
     state = agent.generator.get_state()
-    q = agent.advice_q_values(start)
-    assert q.shape == (m, A)
+    q = agent.advice_q_values(start, samples=2)
+    heads = agent.critic.values(agent.wm.rssm.features(start)).shape[0]
+    assert q.shape == (m, 2 * heads, A)
     agent.generator.set_state(state)  # the same latent samples, computed by hand
     rep = {k: v.repeat_interleave(A, 0) for k, v in start.items()}
-    nxt, _ = agent.wm.rssm.img_step(rep, torch.eye(A).repeat(m, 1), agent.generator)
-    feat = agent.wm.rssm.features(nxt)
-    expected = agent.wm.reward(feat) + agent.cfg.dreamer.gamma * agent.wm.continue_prob(feat) * \
-        agent.critic.values(feat).mean(0)
-    torch.testing.assert_close(q, expected.reshape(m, A).detach())
-    # row i, column a is state i after action a (actions vary fastest)
+    for sample in range(2):
+        nxt, _ = agent.wm.rssm.img_step(rep, torch.eye(A).repeat(m, 1), agent.generator)
+        feat = agent.wm.rssm.features(nxt)
+        expected = agent.wm.reward(feat) + agent.cfg.dreamer.gamma * agent.wm.continue_prob(feat) * \
+            agent.critic.values(feat)  # [heads, M*A]
+        got = q[:, sample * heads:(sample + 1) * heads].permute(1, 0, 2).reshape(heads, -1)
+        torch.testing.assert_close(got, expected.detach())
+    assert q[:, 0].std() > 0 and not torch.allclose(q[:, 0], q[:, heads])  # samples differ
+    q = q.mean(1)
     assert not torch.allclose(q[0], q[1])
 
 

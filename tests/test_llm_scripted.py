@@ -155,7 +155,7 @@ def test_bad_modes_and_inputs_raise():
 
 
 def test_feature_code_runs_in_the_sandbox_with_the_right_values():
-    sandbox_module = pytest.importorskip("lore.llm.sandbox", reason="the feature sandbox is not built yet")
+    sandbox_module = pytest.importorskip("lore.sandbox", reason="the feature sandbox is not built yet")
     env = make_env(DOORKEY, seed=0)
     env.reset()
     snapshot = env.state_snapshot()

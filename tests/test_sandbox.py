@@ -1,4 +1,4 @@
-"""The feature-code sandbox (lore/llm/sandbox.py): legitimate code gives the right numbers, every
+"""The feature-code sandbox (lore/sandbox/): legitimate code gives the right numbers, every
 escape attempt comes back ok=False within its time limit and leaves nothing behind, and the OS layer
 holds even when the Python layer is bypassed."""
 
@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lore.llm import _sandbox_worker as worker_module
-from lore.llm.sandbox import FAILURE_KINDS, FeatureResult, FeatureSandbox, code_id
+from lore.sandbox import FAILURE_KINDS, FeatureResult, FeatureSandbox, code_id
+from lore.sandbox import worker as worker_module
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux")
 
@@ -293,6 +293,13 @@ ESCAPES: dict[str, tuple[str, set[str]]] = {
     "memoryview_call": (_fn("m = memoryview(b'x')\nreturn [0.0] * 4"), {"rejected"}),
     "top_level_call": ("import numpy as np\nX = np.ones(10**10)\n" + _fn("return [0.0] * 4"), {"rejected"}),
     "top_level_loop": ("while True:\n    pass\n" + _fn("return [0.0] * 4"), {"rejected"}),
+    "call_in_default_argument": ("def compute_features(obs, x=[0 for _ in range(10**9)]):\n    return [0.0] * 4\n",
+                                 {"rejected"}),
+    "call_in_annotation": ("def compute_features(obs: sum(range(10**9))):\n    return [0.0] * 4\n", {"rejected"}),
+    "hash_call": (_fn("return [float(hash(compute_features) % 7)] * 4"), {"rejected"}),
+    "object_array_pointer_bytes": (_fn("b = np.array([obs, obs]).tobytes()\nreturn [float(b[0])] * 4"),
+                                   {"rejected"}),
+    "object_array_buffer": (_fn("m = np.array([obs, obs]).data\nreturn [0.0] * 4"), {"rejected"}),
     "no_entry_point": ("def features(obs):\n    return [0.0] * 4\n", {"rejected"}),
     "syntax_error": (_fn("return [0.0] * 4 +"), {"rejected"}),
     "compile_time_error": (_fn("break"), {"rejected"}),
@@ -303,6 +310,8 @@ ESCAPES: dict[str, tuple[str, set[str]]] = {
                                    "    except Exception:\n        pass"), {"timeout"}),
     "loop_in_finally": (_fn("try:\n    while True:\n        pass\nfinally:\n    while True:\n        pass"),
                         {"timeout"}),
+    "return_in_finally_swallows_timeout": (_fn("try:\n    while True:\n        pass\nfinally:\n"
+                                               "    return [1.0] * 4"), {"timeout"}),
     # BLAS never checks for signals: only the parent's SIGKILL stops this one.
     # One long C call the alarm cannot interrupt: a naive 4-index einsum (400^4 = 2.6e10 steps, ~20 s),
     # independent of BLAS speed (a big matmul finished inside the timeout on an idle CI machine).
@@ -415,6 +424,172 @@ def test_counters_count_by_kind():
     assert c["calls"] == 5 and c["ok"] == 1 and c["failures"] == 4
     assert c["failures_wrong_length"] == 2 and c["failures_rejected"] == 1 and c["failures_timeout"] == 1
     assert c["worker_starts"] == 1 and c["worker_kills"] == 0
+
+
+# --------------------------------------------------------------------------- issue-tracker fixes
+
+
+def test_observations_share_no_memory_with_the_batch(sandbox):
+    # A stacked batch arrives as one array per key: each observation was a view whose `.base` reached
+    # the rows of the observations after it.
+    code = _fn("""
+        s = float(obs['g'].sum())
+        base = obs['g'].base
+        if base is not None:
+            base[...] = 100
+        return [s, float(base is None), 0, 0]
+    """)
+    results = sandbox.run_batch(code, [{"g": np.full(3, i)} for i in range(4)])
+    assert [r.features[0] for r in results] == [0.0, 3.0, 6.0, 9.0]
+    assert all(r.features[1] == 1.0 for r in results)
+    # Mixed layouts travel as a list, where pickle sends an array given twice only once.
+    shared = np.arange(3.0)
+    batch = [{"g": shared}, {"g": shared, "h": np.zeros(1)}, {"g": shared}]
+    code = _fn("s = float(obs['g'].sum())\nobs['g'][...] = 100\nreturn [s, 0, 0, 0]")
+    assert [r.features[0] for r in sandbox.run_batch(code, batch)] == [3.0, 3.0, 3.0]
+
+
+ADDRESS_TEXT_CODE = _fn("""
+    f = lambda: 0
+    texts = [repr(f), str(obs.get), f'{compute_features}', f'{f!r:>5}', '%r' % (iter([]),), '%s' % f,
+             '%(a)s' % {'a': f}, str(ValueError(f)), repr([f, len]), str(np.sum)]
+    joined = ''.join(sorted(texts, key=str))
+    return [float('0x' in joined), float(len(joined)), float(sum(ord(c) for c in joined) % 997),
+            float(len(set(texts)))]
+""")
+
+
+def test_features_do_not_depend_on_memory_addresses():
+    assert FeatureSandbox(N).check(_fn("return [float(hash(obs.get) % 7)] * 4")).startswith(
+        "rejected: use of 'hash'")
+    assert FeatureSandbox(N).check(_fn("return [float(id(obs) % 7)] * 4")).startswith("rejected: use of 'id'")
+    answers = []
+    for _ in range(2):  # two fresh worker processes: different heap addresses
+        with FeatureSandbox(N) as sb:
+            results = sb.run_batch(ADDRESS_TEXT_CODE, [{}, {}])
+            assert all(r.ok for r in results), results[0].error
+            answers += [r.features.tolist() for r in results]
+    assert answers[0][0] == 0.0, "text of a function still shows its address"
+    assert all(a == answers[0] for a in answers)
+
+
+def test_text_builtins_still_work(sandbox):
+    code = _fn("""
+        a = np.array(['ab', 'c'], dtype=str)
+        x = np.arange(4)
+        y = x
+        y %= 3  # in place, as before the rewrite
+        n = 7
+        n %= 4
+        s = '%d-%s-%.1f' % (3, 'x', 2.25) + f'{2.5:.2f}{n:>3}' + str.join(',', ['a', 'b']) + str(1.5)
+        return [float(isinstance('a', str) and isinstance(1, (int, str))), float(a.dtype.kind == 'U'),
+                float(x[3] + n), float(len(s))]
+    """)
+    result = sandbox.run(code, {})
+    assert result.ok, result.error
+    assert result.features.tolist() == [1.0, 1.0, 3.0, float(len("3-x-2.2" + "2.50  3" + "a,b" + "1.5"))]
+
+
+@pytest.mark.parametrize("ending", ["return [1.0] * 4", "raise ValueError('not a timeout')"])
+def test_swallowed_timeout_is_still_a_timeout(ending):
+    swallow_by_return = _fn(f"try:\n    while True:\n        pass\nfinally:\n    {ending}")
+    swallow_by_break = _fn(f"""
+        for _ in range(2):
+            try:
+                while True:
+                    pass
+            finally:
+                break
+        {ending}
+    """)
+    with FeatureSandbox(N, timeout_s=0.3) as sb:
+        for code in (swallow_by_return, swallow_by_break):
+            result = sb.run(code, {})
+            assert not result.ok and result.error.startswith("timeout: feature code ran longer"), result.error
+        assert sb.counters()["worker_kills"] == 0  # caught in the worker, no hard kill needed
+
+
+def test_nothing_runs_when_the_module_body_runs(sandbox):
+    evaluated_at_import = {
+        "default": "def compute_features(obs, n=len(range(10**9))):\n    return [0.0] * 4\n",
+        "keyword_default": "def compute_features(obs, *, f=(lambda: 0)):\n    return [0.0] * 4\n",
+        "argument_annotation": "def compute_features(obs: [0 for _ in range(10**9)]):\n    return [0.0] * 4\n",
+        "return_annotation": "def compute_features(obs) -> sum(range(10**9)):\n    return [0.0] * 4\n",
+        "helper_annotation": "def g(x: min(1, 2)):\n    return x\n" + _fn("return [0.0] * 4"),
+        "variable_annotation": "X: sum(range(10**9)) = 1\n" + _fn("return [0.0] * 4"),
+    }
+    for name, code in evaluated_at_import.items():
+        error = sandbox.check(code)
+        assert error and error.startswith("rejected: ") and "module body runs" in error, (name, error)
+        start = time.monotonic()
+        assert sandbox.run(code, {}).error.startswith("rejected"), name
+        assert time.monotonic() - start < 0.5, name
+    ordinary = ("KEY: int = 5\n\n"
+                "def compute_features(obs: dict, scale: float = 1.0, axes=(0, 1), *, key: int | None = KEY,\n"
+                "                     eps=-1e-6) -> dict[str, float] | list[float]:\n"
+                "    return [scale, float(len(axes)), float(key), eps]\n")
+    assert sandbox.check(ordinary) is None
+    result = sandbox.run(ordinary, {})
+    assert result.ok, result.error
+    np.testing.assert_allclose(result.features, [1.0, 2.0, 5.0, -1e-6])
+
+
+def test_code_that_keeps_failing_is_disabled():
+    looping = _fn("while True:\n    pass")
+    with FeatureSandbox(N, timeout_s=0.2, max_consecutive_failures=3) as sb:
+        for _ in range(3):
+            assert sb.run(looping, {}).error.startswith("timeout")
+        assert sb.is_disabled(looping) and list(sb.disabled_codes()) == [code_id(looping)]
+        start = time.monotonic()
+        results = sb.run_batch(looping, [{}, {}])
+        assert time.monotonic() - start < 0.1  # no longer pays its timeout
+        assert all(r.error.startswith("disabled: feature code failed 3 calls in a row (last: timeout")
+                   for r in results)
+        np.testing.assert_array_equal(results[0].features, np.zeros(N, np.float32))
+        c = sb.counters()
+        assert c["codes_disabled"] == 1 and c["failures_disabled"] == 2 and c["failures_timeout"] == 3
+        assert sb.run(FEATURES_LIST, minigrid_snapshot()).ok  # other code is unaffected
+
+        # A call with any ok observation resets the count; rejected code never counts.
+        flaky = _fn("return [1.0 / obs['x']] * 4")
+        for x in (0, 0, 1, 0, 0):
+            sb.run(flaky, {"x": x})
+        assert not sb.run_batch(flaky, [{"x": 0}, {"x": 1}])[0].ok
+        assert not sb.is_disabled(flaky)
+        rejected = "import os\n" + _fn("return [0.0] * 4")
+        for _ in range(4):
+            assert sb.run(rejected, {}).error.startswith("rejected")
+        assert not sb.is_disabled(rejected)
+    with FeatureSandbox(N, max_consecutive_failures=None) as sb:
+        for _ in range(4):
+            assert sb.run(flaky, {"x": 0}).error.startswith("nonfinite")
+        assert not sb.is_disabled(flaky) and sb.counters()["codes_disabled"] == 0
+
+
+def test_llm_bridge_drops_disabled_feature_code():
+    from types import SimpleNamespace
+
+    from lore.train.llm_bridge import LLMBridge
+
+    looping = _fn("while True:\n    pass")
+    advice = SimpleNamespace(prior_logits=np.zeros(3, np.float32), confidence=1.0, source="llm",
+                             features_code=looping)
+    with FeatureSandbox(N, timeout_s=0.2, max_consecutive_failures=2) as sb:
+        bridge = LLMBridge.__new__(LLMBridge)  # only what inputs() needs: no model, no env
+        bridge.__dict__.update(
+            num_envs=1, num_actions=3, n_features=N, sandbox=sb, feature_code=None, feature_code_id=None,
+            feature_failures=0, dropped_feature_codes=set(), monitor=None, planner=None, act_steps=0,
+            controller=SimpleNamespace(current=lambda i, key, step: advice, counters=dict, state_dict=dict),
+            envs=SimpleNamespace(state_key=lambda i: "s", state_snapshot=lambda i: {}))
+        for step in range(2):
+            assert bridge.inputs(step)["features_mask"][0] == 0.0
+        assert bridge.feature_code is None and bridge.dropped_feature_codes == {code_id(looping)}
+        start = time.monotonic()
+        assert bridge.inputs(2)["features_mask"][0] == 0.0
+        assert bridge.feature_code is None  # the same code offered again is not re-adopted
+        assert time.monotonic() - start < 0.1
+        assert bridge.metrics()["feature_programs_dropped"] == 1.0
+        assert bridge.state_dict()["dropped_feature_codes"] == [code_id(looping)]
 
 
 # --------------------------------------------------------------------------- process isolation
@@ -564,7 +739,8 @@ def test_code_id_is_stable_short_sha256():
     "kwargs, match",
     [({"n_features": 0}, "n_features"), ({"n_features": 4, "timeout_s": 0}, "timeout_s"),
      ({"n_features": 4, "memory_mb": 1}, "memory_mb"), ({"n_features": 4, "workers": 0}, "workers"),
-     ({"n_features": 4, "clip": float("inf")}, "clip")],
+     ({"n_features": 4, "clip": float("inf")}, "clip"),
+     ({"n_features": 4, "max_consecutive_failures": 0}, "max_consecutive_failures")],
 )
 def test_bad_constructor_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -639,7 +815,7 @@ def main(config_text):
                                              ("wrong_count", "worker_crashed"), ("bad_values", "worker_crashed"),
                                              ("unknown_kind", "worker_crashed"), ("exit", "worker_crashed")])
 def test_parent_survives_a_compromised_worker(tmp_path, monkeypatch, behaviour, kind):
-    import lore.llm.sandbox as sandbox_module
+    import lore.sandbox.runner as sandbox_module
 
     marker = tmp_path / "unpickled_in_parent"
     fake = tmp_path / "fake_worker.py"
@@ -656,8 +832,8 @@ def test_parent_survives_a_compromised_worker(tmp_path, monkeypatch, behaviour, 
 
 
 def test_worker_that_never_starts_raises_sandbox_error(tmp_path, monkeypatch):
-    import lore.llm.sandbox as sandbox_module
-    from lore.llm.sandbox import SandboxError
+    import lore.sandbox.runner as sandbox_module
+    from lore.sandbox import SandboxError
 
     fake = tmp_path / "fake_worker.py"
     fake.write_text(FAKE_WORKER.format(behaviour="no_handshake", marker=""))

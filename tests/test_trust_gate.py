@@ -152,9 +152,12 @@ def test_beta_is_scaled_by_the_trust_of_each_envs_source():
     assert trust_llm < 0.2 and beta[0] < 0.4 and beta[0] < beta[1]
     # beta scale min(1, 2 * trust): uninformed (0.5) and trusted advice act at full strength; no advice: 1.
     assert beta.tolist() == pytest.approx([2 * trust_llm, 1.0, 1.0, 1.0])
-    # The KL absorption term fades with the same evidence: weight min(1, 2 * trust).
+    # Only advice with net positive evidence is absorbed: weight clip(2 * trust - 1, 0, 1), so
+    # distrusted and uninformed advice (PriorNet, no evidence yet: 0.5) are not distilled at all.
+    trust_plan = layer.trust.value("plan")
     assert layer.absorb_weight(source, 4, torch.device("cpu")).tolist() == pytest.approx(
-        [2 * trust_llm, 1.0, 1.0, 1.0])
+        [0.0, 2 * trust_plan - 1, 0.0, 1.0])
+    assert 0.5 < 2 * trust_plan - 1 < 1.0
     # Same evidence, trust switched off: every env gets beta_max.
     untrusting = PriorLayer(prior_cfg(gate="fixed", beta_max=1.0, trust=False), A, num_envs=4)
     untrusting.trust.load_state_dict(layer.trust.state_dict())
@@ -432,18 +435,34 @@ def test_metrics_separate_states_where_advice_disagrees_with_the_policy():
     assert math.isnan(layer.metrics()["beta_disagree"])
 
 
-def test_only_unambiguous_best_actions_become_temperature_labels():
-    from lore.prior.trust import clear_best_action
+def test_only_replicated_best_actions_become_temperature_labels():
+    from lore.prior.trust import replicated_best_action
 
-    q = torch.tensor([[1.0, 0.0, 0.0, 0.0],      # clear best: labelled
-                      [1.0, 1.0, 0.0, 0.0],      # a tie at the top: decided by noise, not labelled
-                      [1.0, 0.9999, 0.0, 0.0],   # margin below min_gap: not labelled
-                      [0.3, 0.2, 0.1, 0.0]])     # margin 0.1 < half the spread (0.056)? no: 0.1 > 0.056
-    best, labelled = clear_best_action(q, min_gap=1e-3)
-    assert best.tolist()[0] == 0 and best.tolist()[3] == 0
+    clear = torch.tensor([[1.0, 0.0, 0.0, 0.0], [0.9, 0.1, 0.0, 0.0]])       # both draws rank action 0 first
+    split = torch.tensor([[1.0, 0.95, 0.0, 0.0], [0.9, 0.92, 0.0, 0.0]])     # draws disagree: a near-tie
+    tiny = torch.tensor([[1.0, 0.9995, 0.0, 0.0], [1.0, 0.9995, 0.0, 0.0]])  # unanimous, margin < min_gap
+    later = torch.tensor([[0.0, 0.1, 0.3, 0.2], [0.0, 0.1, 0.25, 0.2]])      # unanimous on action 2
+    best, labelled = replicated_best_action(torch.stack([clear, split, tiny, later]), min_gap=1e-3)
+    assert best.tolist() == [0, 0, 0, 2]
     assert labelled.tolist() == [True, False, False, True]
+    # One draw: the margin test alone decides.
+    best1, labelled1 = replicated_best_action(split[:1][None], min_gap=1e-3)
+    assert best1.tolist() == [0] and labelled1.tolist() == [True]
     with pytest.raises(ValueError, match="A >= 2"):
-        clear_best_action(torch.zeros(3, 1), 1e-3)
+        replicated_best_action(torch.zeros(3, 2, 1), 1e-3)
+    with pytest.raises(ValueError, match="N, D, A"):
+        replicated_best_action(torch.zeros(3, 4), 1e-3)
+
+
+def test_disagreeing_draws_label_nothing_but_their_mean_still_feeds_trust():
+    layer = PriorLayer(prior_cfg(trust=True, align_temperature=True), A, num_envs=1)
+    advice = one_hot_advice(torch.zeros(8, dtype=torch.long))
+    draws = torch.zeros(8, 2, A, dtype=torch.float64)
+    draws[:, 0, 0], draws[:, 1, 1] = 1.0, 1.0      # each draw prefers a different action
+    draws[:, :, 0] += 0.5                           # but on average the advised action 0 is best
+    out = layer.observe_advice_values(draws, advice, torch.full((8,), LLM))
+    assert out["advice_labelled_frac"] == 0.0 and not layer.labels
+    assert out["advice_value_z"] > 0 and layer.trust.value("llm") > 0.5
 
 
 # --------------------------------------------------------------------------- control episodes
@@ -487,20 +506,25 @@ def test_dual_sees_the_trust_weighted_kl_and_untrusted_advice_is_not_absorbed():
     logits = torch.zeros(4, A, requires_grad=True)
     prior, mask, beta = one_hot_advice(torch.tensor([0, 1, 2, 3])), torch.ones(4), torch.ones(4)
     kl = categorical_kl(logits.detach() + prior, logits.detach())  # pi_mix vs pi_wm per row
-    # uninformed trust (0.5): weight 1, the plain masked mean
-    _, m = layer.actor_loss(logits, prior, mask, torch.ones(4), beta, torch.full((4,), LLM))
-    assert m["kl_mix_wm"] == pytest.approx(float(kl.mean()), rel=1e-5)
-    # the LLM's answers lose trust: weight 2 * trust < 1 on their rows only
+    # uninformed trust (0.5): weight 0, nothing is absorbed and the dual sees no constraint (NaN)
+    loss, m = layer.actor_loss(logits, prior, mask, torch.ones(4), beta, torch.full((4,), LLM))
+    assert math.isnan(m["kl_mix_wm"]) and loss.item() == 0.0
+    # the plans earn trust, the LLM's answers lose it: weight clip(2 trust - 1, 0, 1) per row
     feed_advice(layer, gen, LLM, "worst", updates=40)
-    w = min(1.0, 2 * layer.trust.value("llm"))
+    feed_advice(layer, gen, PLAN, "best", updates=40)
+    w = 2 * layer.trust.value("plan") - 1
+    assert 0.2 < w < 1.0
     source = torch.tensor([LLM, LLM, PLAN, PLAN]).float()
     loss, m = layer.actor_loss(logits, prior, mask, torch.ones(4), beta, source)
-    weights = torch.tensor([w, w, 1.0, 1.0])
+    weights = torch.tensor([0.0, 0.0, w, w])
     assert m["kl_mix_wm"] == pytest.approx(0.1 + float((weights * (kl - 0.1)).mean()), rel=1e-5)
     loss.backward()
-    # the gradient on a row is proportional to its weight (same KL on every row here)
+    # distrusted rows get no gradient; trusted ones in proportion to their weight
     grad_norm = logits.grad.norm(dim=-1)
-    assert float(grad_norm[0] / grad_norm[2]) == pytest.approx(w, rel=1e-4)
+    assert float(grad_norm[0]) == 0.0 and float(grad_norm[1]) == 0.0 and float(grad_norm[2]) > 0
+    logits.grad = None
+    layer.actor_loss(logits, prior, mask, torch.ones(4), beta, torch.zeros(4))[0].backward()  # no source: w = 1
+    assert float(grad_norm[2] / logits.grad.norm(dim=-1)[2]) == pytest.approx(w, rel=1e-4)
 
 
 def test_episode_comparison_moves_the_trust_of_what_the_llm_wrote():

@@ -364,19 +364,22 @@ class DreamerAgent:
                 metrics, internals)
 
     @torch.no_grad()
-    def advice_q_values(self, start: dict[str, Tensor]) -> Tensor:
-        """One-step values ``Q(s, a) = r(s') + gamma * c(s') * V(s')`` of every action: states [M] -> [M, A].
+    def advice_q_values(self, start: dict[str, Tensor], samples: int = 1) -> Tensor:
+        """One-step values ``Q(s, a) = r(s') + gamma * c(s') * V_k(s')`` of every action: states [M] -> [M, D, A].
 
-        One imagined prior step per (state, action) pair; ``V`` is the critic ensemble's mean.
+        ``samples`` imagined prior steps per (state, action) pair, each scored by every critic head
+        ``k``: ``D = samples * heads`` draws whose spread is the estimate's own uncertainty.
         """
         m, a = start["deter"].shape[0], self.num_actions
         state = {k: v.repeat_interleave(a, 0) for k, v in start.items()}  # [M*A, ...], actions vary fastest
         actions = torch.eye(a, device=self.device).repeat(m, 1)
-        nxt, _ = self.wm.rssm.img_step(state, actions, self.generator)
-        feat = self.wm.rssm.features(nxt)
-        q = self.wm.reward(feat) + self.cfg.dreamer.gamma * self.wm.continue_prob(feat) * \
-            self.critic.values(feat).mean(0)
-        return q.reshape(m, a)
+        draws = []
+        for _ in range(samples):
+            nxt, _ = self.wm.rssm.img_step(state, actions, self.generator)
+            feat = self.wm.rssm.features(nxt)
+            q = self.wm.reward(feat) + self.cfg.dreamer.gamma * self.wm.continue_prob(feat) * self.critic.values(feat)
+            draws.append(q.reshape(-1, m, a))  # [heads, M, A]
+        return torch.cat(draws, 0).permute(1, 0, 2)
 
     def _score_advice(self, start: dict[str, Tensor], prior_logits: Tensor, mask: Tensor, codes: Tensor,
                       scale: float) -> dict[str, float]:
@@ -388,8 +391,8 @@ class DreamerAgent:
         if rows.numel() > limit:
             pick = torch.randperm(rows.numel(), generator=self.generator, device=self.generator.device)[:limit]
             rows = rows[pick.to(rows.device)]
-        q = self.advice_q_values({k: v[rows] for k, v in start.items()}) / float(scale)
-        return self.prior.observe_advice_values(q, prior_logits[rows], codes[rows])
+        q = self.advice_q_values({k: v[rows] for k, v in start.items()}, self.cfg.prior.advice_samples)
+        return self.prior.observe_advice_values(q / float(scale), prior_logits[rows], codes[rows])
 
     def train_step(self, batch) -> dict[str, float]:
         """One DreamerV3 update (world model, then actor and critic in imagination) -> flat metrics."""

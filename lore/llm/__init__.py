@@ -1,7 +1,7 @@
 """The LLM layer: answer schema, prompts, backends (scripted / gemini / replay), ledger, cache and
 the non-blocking controller that decides when to ask (docs/CONTRACTS.md, "LLM").
 
-The feature-code sandbox lives in :mod:`lore.llm.sandbox` (imported on demand, not here).
+The feature-code sandbox is its own package, :mod:`lore.sandbox` (imported on demand, not here).
 """
 
 from lore.llm.backends import (

@@ -49,7 +49,7 @@ from lore.llm.backends import (
     make_backend,
     redact,
 )
-from lore.llm.cache import AdviceCache
+from lore.llm.cache import AdviceCache, TieredCache, open_cache
 from lore.llm.ledger import LEDGER_NAME, Ledger
 from lore.llm.prompt import build_prompt, default_features_spec, prompt_hash
 from lore.llm.schema import DEFAULT_MAX_PLAN_LEN, VALIDATION_FAILURES, Advice, advice_to_dict, validate_advice
@@ -135,7 +135,7 @@ class _EnvTrack:
 def code_id(code: str) -> str:
     """Id of a feature-code string (the sandbox's own ``code_id`` when available)."""
     try:
-        from lore.llm.sandbox import code_id as sandbox_code_id
+        from lore.sandbox import code_id as sandbox_code_id
     except ImportError:
         return hashlib.sha256(code.encode()).hexdigest()[:16]
     return sandbox_code_id(code)
@@ -167,7 +167,7 @@ class LLMController:
 
     def __init__(self, cfg, run_dir: str | Path | None, action_names: list[str], env_family: str,
                  features_spec: str | None = None, *, backend: Backend | None = None,
-                 cache: AdviceCache | None | bool = True):
+                 cache: AdviceCache | TieredCache | None | bool = True):
         if not action_names:
             raise ValueError("LLMController: action_names is empty")
         self.cfg = cfg
@@ -205,8 +205,14 @@ class LLMController:
         self.run_dir = None if run_dir is None else Path(run_dir)
         self.ledger = Ledger(self.run_dir / LEDGER_NAME) if self.run_dir is not None else None
         if cache is True:
-            cache = AdviceCache(llm.cache_path) if llm.cache_path and self.backend.name != "replay" else None
-        self.cache: AdviceCache | None = cache if isinstance(cache, AdviceCache) else None  # (an empty cache is falsy)
+            cache = (open_cache(llm.cache_path, getattr(llm, "shared_cache", None))
+                     if self.backend.name != "replay" else None)
+        # (an empty cache is falsy, hence isinstance)
+        self.cache: AdviceCache | TieredCache | None = cache if isinstance(cache, (AdviceCache, TieredCache)) else None
+        # A writable cache inside the run directory belongs to this run: a resume rolls it back to the
+        # checkpoint like the ledger, so a resumed run asks (and is answered) exactly as an uninterrupted one.
+        self._cache_owned = (self.cache is not None and self.run_dir is not None and not self.cache.readonly
+                             and self.cache.path.resolve().is_relative_to(self.run_dir.resolve()))
 
         self._memory: dict[str, _Entry] = {}
         self._plans: dict[int, _PlanCursor] = {}
@@ -348,8 +354,10 @@ class LLMController:
         out["llm_memory_entries"] = len(self._memory)
         return out
 
-    def close(self, timeout_s: float = 2.0) -> None:
-        """Wait up to ``timeout_s`` for calls in flight, apply them, then release files and the backend."""
+    def settle(self, timeout_s: float = 2.0) -> None:
+        """The run is over: wait up to ``timeout_s`` for the calls in flight and apply them; a call still
+        running after that is given up and recorded as a ``timeout`` failure (a ledger line and the
+        counters), so the counters logged after this agree with ``llm_calls.jsonl``. ``close`` calls it."""
         if self._closed:
             return
         deadline = time.monotonic() + timeout_s
@@ -358,12 +366,22 @@ class LLMController:
             if remaining > 0:
                 try:
                     pending.future.exception(timeout=remaining)
-                except Exception:  # still running: abandoned below
+                except Exception:  # still running: given up below
                     pass
         self._drain(PHASE_CLOSE)
-        for pending in self._pending:
+        now = time.monotonic()
+        for pending in self._pending:  # what _drain left: calls still running
+            pending.abandoned = True  # the daemon thread may finish later; its result is ignored
             pending.future.cancel()
+            self._finish(pending, _Outcome(None, LLMError("no answer: call still in flight when the run ended",
+                                                          kind="timeout"), (now - pending.started) * 1000.0))
         self._pending.clear()
+
+    def close(self, timeout_s: float = 2.0) -> None:
+        """:meth:`settle` the calls in flight, then release files and the backend."""
+        if self._closed:
+            return
+        self.settle(timeout_s)
         self._closed = True
         if self.ledger is not None:
             self.ledger.close()
@@ -395,6 +413,8 @@ class LLMController:
                            "code_id": e.code_id} for k, e in self._memory.items()},
             # the ledger as of this checkpoint: a resume cuts the lines written after it (they are replayed)
             "ledger_bytes": self.ledger.size() if self.ledger is not None else None,
+            # likewise the run's own answer cache (None: no cache, or one shared with other runs)
+            "cache_rows": self.cache.high_water() if self._cache_owned else None,
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -418,6 +438,8 @@ class LLMController:
         self._plans.clear()
         if self.ledger is not None and state.get("ledger_bytes") is not None:
             self.ledger.truncate(int(state["ledger_bytes"]))
+        if self._cache_owned and state.get("cache_rows") is not None:
+            self.cache.rollback(int(state["cache_rows"]))
 
     # ------------------------------------------------------------------ internals
 

@@ -11,10 +11,14 @@ At act time (per env)::
 
     beta = beta_max(env_step) * u(s)                 # gate == "uncertainty", u in [0, 1]
     beta = beta_max(env_step)                        # gate == "fixed"
-    beta = beta * trust(source)                      # prior.trust
+    beta = beta * min(1, 2 * trust(source))          # prior.trust: uninformed advice (0.5) acts fully
     beta = 0 where mask == 0, where beta-dropout fired, in a control episode, or when the prior is disabled
     beta = largest beta' <= beta with KL(pi_mix || pi_wm) <= kl_bound   # kl_mode == "lagrangian"
     logits_mix = logits_wm + beta * stopgrad(prior_logits / T)
+
+At update time the KL term distils ``pi_mix`` into the actor with weight ``clip(2 * trust - 1, 0, 1)``
+per advised state: act optimistically (that is what produces the evidence), learn only from advice
+with net positive evidence.
 
 Calls to :meth:`act` whose batch size differs from ``num_envs`` (e.g. a separate evaluation
 batch) leave the layer's state (running means, metrics) untouched.
@@ -45,7 +49,7 @@ from lore.prior.kl_control import (
 )
 from lore.prior.mixing import categorical_entropy, mix_logits
 from lore.prior.temperature import fit_temperature
-from lore.prior.trust import AdviceTrust, clear_best_action
+from lore.prior.trust import AdviceTrust, replicated_best_action
 
 _STATE_VERSION = 2
 _LABEL_CAPACITY = 4096
@@ -181,14 +185,19 @@ class PriorLayer:
         return (2.0 * trust).clamp(max=1.0)
 
     def absorb_weight(self, source: torch.Tensor | None, rows: int, device: torch.device) -> torch.Tensor:
-        """Per-row weight of the KL absorption term: the same ``min(1, 2 * trust)`` as beta.
+        """Per-row weight of the KL absorption term: ``clip(2 * trust - 1, 0, 1)`` (1 without ``prior.trust``).
 
-        Measured (DoorKey, frugal controller: advice on ~10% of steps): requiring positive evidence
-        before absorbing (``clip(2 trust - 1, 0, 1)``) left the actor untouched until a reward was seen,
-        and with advice that sparse no reward came within 3k steps (eval SR 0.05-0.15). Distillation is
-        what turns sparse advice into a policy, so it starts with the advice and fades with bad evidence.
+        Act optimistically, learn conservatively: uninformed advice (trust 0.5) still steers the advised
+        episodes at full strength, which is what produces the evidence, but only advice with net positive
+        evidence is distilled into the policy. Distilling uninformed advice is a bet with zero expected
+        value, and it is the one that is not undone when the evidence turns: measured on DoorKey with
+        the adversarial advisor, absorbing from the start collapsed the actor's entropy to 0.27 nats and
+        its eval success to 0 (from 0.15 for the untrained policy) before any reward could be seen.
         """
-        return self.trust_scale(source, rows, device)
+        if not self.cfg.trust or source is None:
+            return torch.ones(rows, device=device)
+        trust = self.trust.values_for(torch.as_tensor(source, device=device).reshape(-1)).to(device)
+        return (2.0 * trust - 1.0).clamp(0.0, 1.0)
 
     def act(self, logits_wm: torch.Tensor, prior_logits: torch.Tensor | None, mask: torch.Tensor,
             u: Mapping[str, torch.Tensor] | None, env_step: int,
@@ -403,24 +412,27 @@ class PriorLayer:
 
     def observe_advice_values(self, q_values: torch.Tensor, prior_logits: torch.Tensor,
                               codes: torch.Tensor) -> dict[str, float]:
-        """Evidence from one update: one-step values ``q [N, A]`` (return-scale units) of advised states.
+        """Evidence from one update: one-step values of advised states, ``q [N, A]`` or draws ``[N, D, A]``.
 
-        Feeds the per-source trust (value z-score of the advice) and, from states where the actions
-        are distinguishable, the calibration labels ``argmax_a q`` of the temperature.
+        The mean over draws (return-scale units) feeds the per-source trust (value z-score of the
+        advice); states where all ``D`` draws agree on the best action give the temperature's labels.
         """
         from lore.prior.trust import advice_value_z
 
-        if q_values.shape != prior_logits.shape or codes.shape != q_values.shape[:1]:
+        q_draws = q_values[:, None, :] if q_values.dim() == 2 else q_values
+        if (q_draws.dim() != 3 or q_draws.shape[::2] != prior_logits.shape
+                or codes.shape != q_draws.shape[:1]):
             raise ValueError(f"observe_advice_values: q {tuple(q_values.shape)}, prior {tuple(prior_logits.shape)}, "
-                             f"codes {tuple(codes.shape)} must be [N, A], [N, A], [N]")
-        if q_values.shape[0] == 0:
+                             f"codes {tuple(codes.shape)} must be [N, (D,) A], [N, A], [N]")
+        if q_draws.shape[0] == 0:
             return {}
-        q = q_values.detach().double().cpu()
+        q_draws = q_draws.detach().double().cpu()
+        q = q_draws.mean(1)
         prior = prior_logits.detach().double().cpu()
         z = advice_value_z(q, prior, self.cfg.trust_min_gap)
         self.trust.observe(z, codes.detach().cpu())
         informative = q.std(-1, unbiased=False) > self.cfg.trust_min_gap
-        best, labelled = clear_best_action(q, self.cfg.trust_min_gap)
+        best, labelled = replicated_best_action(q_draws, self.cfg.trust_min_gap)
         for row in torch.nonzero(labelled).flatten().tolist():
             self.labels.append((prior[row].float(), int(best[row])))
         del self.labels[:-_LABEL_CAPACITY]

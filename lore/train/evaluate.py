@@ -8,7 +8,6 @@ the advisor at test time. The torch RNG is forked so evaluation never perturbs t
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Callable
 
 import numpy as np
@@ -18,17 +17,29 @@ from lore.config import RunConfig
 
 
 def crafter_score(rates_percent: list[float]) -> float:
-    """Crafter score: exp(mean ln(1 + s_i)) - 1 over achievement success rates in percent."""
+    """Crafter score: exp(mean ln(1 + s_i)) - 1 over achievement success rates in percent.
+
+    The formula itself lives in :func:`lore.analysis.stats.crafter_score` (rates in [0, 1]): the
+    ``crafter_score`` column of ``eval.csv`` and the one of the statistics tables are the same function.
+    """
     if not rates_percent:
         return float("nan")
-    return float(math.exp(np.mean(np.log1p(np.asarray(rates_percent, dtype=np.float64)))) - 1.0)
+    from lore.analysis.stats import crafter_score as score_from_rates
+
+    return score_from_rates(np.asarray(rates_percent, dtype=np.float64) / 100.0)
 
 
 def evaluate_policy(agent, env, cfg: RunConfig, device: torch.device, eval_index: int,
-                    llm_inputs: Callable | None = None, should_stop: Callable[[], bool] | None = None) -> dict | None:
+                    llm_inputs: Callable | None = None, should_stop: Callable[[], bool] | None = None, *,
+                    act_env_step: int = 0, on_reset: Callable | None = None, on_act: Callable | None = None,
+                    on_step: Callable | None = None) -> dict | None:
     """Run ``eval.episodes`` episodes; ``llm_inputs(env)`` supplies per-step features (no prior).
 
     Returns None, leaving the agent untouched, when ``should_stop()`` turns true (preemption).
+    The keyword-only hooks serve ``lore eval`` (the trainer uses none of them): ``act_env_step`` is
+    the env step the agent acts at (the prior's beta schedule reads it), ``on_reset(env, obs)`` runs
+    after each episode's reset, ``on_act(out, action)`` after each act, and
+    ``on_step(env, action, obs, reward, done)`` after each env step.
     """
     episodes = cfg.eval.episodes
     returns, lengths, successes = [], [], []
@@ -44,6 +55,8 @@ def evaluate_policy(agent, env, cfg: RunConfig, device: torch.device, eval_index
         for k in range(episodes):
             # The same layouts at every evaluation point: eval curves compare like with like.
             obs, info = env.reset(seed=10_000_000 + cfg.seed * 1000 + k)
+            if on_reset is not None:
+                on_reset(env, obs)
             state = agent.initial_state(1)
             is_first = torch.ones(1, dtype=torch.bool, device=device)
             total, length, done, success = 0.0, 0, False, 0.0
@@ -53,13 +66,17 @@ def evaluate_policy(agent, env, cfg: RunConfig, device: torch.device, eval_index
                     return None
                 obs_t = {key: torch.as_tensor(np.asarray(v)[None], device=device) for key, v in obs.items()}
                 extra = llm_inputs(env) if llm_inputs is not None else None
-                out = agent.act(obs_t, is_first, state, extra, 0, sample=not cfg.eval.greedy)
+                out = agent.act(obs_t, is_first, state, extra, act_env_step, sample=not cfg.eval.greedy)
                 state = out.state
                 action = int(out.action[0].item())
+                if on_act is not None:
+                    on_act(out, action)
                 obs, reward, terminated, truncated, info = env.step(action)
                 total += float(reward)
                 length += 1
                 done = bool(terminated or truncated)
+                if on_step is not None:
+                    on_step(env, action, obs, float(reward), done)
                 is_first = torch.zeros(1, dtype=torch.bool, device=device)
             success = float(info.get("success", 0.0))
             returns.append(total)

@@ -9,6 +9,7 @@ produces zeros and does nothing else, so ``rl_only`` runs pay nothing for it.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,8 @@ import torch
 
 from lore.config import RunConfig
 from lore.prior.trust import source_code
+
+log = logging.getLogger(__name__)
 
 
 class LLMBridge:
@@ -34,6 +37,7 @@ class LLMBridge:
         self.feature_code: str | None = None
         self.feature_code_id: str | None = None
         self.feature_failures = 0
+        self.dropped_feature_codes: set[str] = set()  # code ids the sandbox disabled after repeated failures
         self.act_steps = 0
         self.last_latent: torch.Tensor | None = None
         self.last_llm: dict | None = None
@@ -47,7 +51,7 @@ class LLMBridge:
         spec = features_spec(envs.family, self.n_features) if cfg.features.enabled else None
         self.controller = LLMController(cfg, run_dir, envs.action_names, envs.family, features_spec=spec)
         if cfg.features.enabled:
-            from lore.llm.sandbox import FeatureSandbox
+            from lore.sandbox import FeatureSandbox
 
             self.sandbox = FeatureSandbox.from_config(cfg.features)
         if cfg.plan.enabled:
@@ -108,6 +112,7 @@ class LLMBridge:
                     out["features_mask"][i] = 1.0
                 else:
                     self.feature_failures += 1
+            self._drop_feature_code_if_disabled()
         self.last_llm = out
         return out
 
@@ -116,18 +121,32 @@ class LLMBridge:
         if self.sandbox is None or self.feature_code is None:
             return None
         res = self.sandbox.run(self.feature_code, env.state_snapshot())
+        self._drop_feature_code_if_disabled()
         return {"features": res.features[None].astype(np.float32),
                 "features_mask": np.asarray([1.0 if res.ok else 0.0], np.float32)}
 
     def _adopt_feature_code(self, code: str) -> None:
-        """A new feature program is adopted only if the sandbox accepts it (static check)."""
-        if self.sandbox.check(code) is None:
-            from lore.llm.sandbox import code_id
+        """A new feature program is adopted only if the sandbox accepts it (static check) and it was
+        not dropped before (the LLM may keep sending a program that keeps timing out)."""
+        from lore.sandbox import code_id
 
+        if code_id(code) in self.dropped_feature_codes:
+            return
+        if self.sandbox.check(code) is None:
             self.feature_code = code
             self.feature_code_id = code_id(code)
         else:
             self.feature_failures += 1
+
+    def _drop_feature_code_if_disabled(self) -> None:
+        """The sandbox disables code after repeated failures (each timeout costs ``timeout_s`` per
+        step): stop running it; features are zeros with mask 0 until a new program is adopted."""
+        if self.feature_code is None or not self.sandbox.is_disabled(self.feature_code):
+            return
+        log.warning("feature program %s dropped after repeated failures in the sandbox", self.feature_code_id)
+        self.dropped_feature_codes.add(self.feature_code_id)
+        self.feature_code = None
+        self.feature_code_id = None
 
     # ------------------------------------------------------------------ after acting
     def gate_values(self) -> np.ndarray:
@@ -224,6 +243,7 @@ class LLMBridge:
             out.update({f"sandbox_{k}": float(v) for k, v in self.sandbox.counters().items()})
             out["feature_failures"] = float(self.feature_failures)
             out["feature_program_adopted"] = float(self.feature_code is not None)
+            out["feature_programs_dropped"] = float(len(self.dropped_feature_codes))
         if self.planner is not None:
             out.update(self.planner.metrics())
         if self.monitor is not None:
@@ -237,6 +257,7 @@ class LLMBridge:
             "monitor": self.monitor.state_dict() if self.monitor is not None else None,
             "feature_code": self.feature_code,
             "feature_failures": self.feature_failures,
+            "dropped_feature_codes": sorted(self.dropped_feature_codes),
             "act_steps": self.act_steps,
             "is_first": getattr(self, "_is_first", None),
         }
@@ -248,12 +269,19 @@ class LLMBridge:
             self.planner.load_state_dict(state["planner"])
         if self.monitor is not None and state["monitor"] is not None:
             self.monitor.load_state_dict(state["monitor"])
+        self.dropped_feature_codes = set(state.get("dropped_feature_codes", ()))  # absent in older checkpoints
         if state["feature_code"] is not None and self.sandbox is not None:
             self._adopt_feature_code(state["feature_code"])
         self.feature_failures = state["feature_failures"]
         self.act_steps = state["act_steps"]
         if state.get("is_first") is not None:
             self._is_first = state["is_first"]
+
+    def settle(self) -> None:
+        """End of the run: LLM calls still in flight are applied or recorded as failures (LLMController.settle),
+        so that the final metrics row that follows agrees with ``llm_calls.jsonl``."""
+        if self.controller is not None:
+            self.controller.settle()
 
     def close(self) -> None:
         if self.controller is not None:

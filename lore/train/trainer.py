@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import pickle
 import signal
 import sys
@@ -71,6 +72,55 @@ def prepare_run_dir(run_dir: Path) -> None:
         probe.unlink()
     except OSError as e:
         raise ConfigError(f"run directory {run_dir} is not writable ({e.strerror or e})") from e
+
+
+def preflight(cfg: RunConfig) -> None:
+    """What ``cfg`` needs from this machine, checked before the run directory is created so that bad input
+    leaves nothing behind: the device, and the files and the key the LLM backend will open."""
+    resolve_device(cfg.device)
+    llm = cfg.llm
+    if llm.backend == "replay":
+        from lore.llm.backends import LLMConfigError, ReplayBackend
+
+        try:
+            ReplayBackend(llm.replay_ledger).close()
+        except (LLMConfigError, OSError, ValueError) as e:
+            raise ConfigError(f"llm.replay_ledger: {e}") from None
+    if llm.backend == "gemini":
+        from lore.llm.backends import API_KEY_ENV
+
+        if not os.environ.get(API_KEY_ENV, "").strip():
+            raise ConfigError(f"llm.backend: 'gemini' needs the {API_KEY_ENV} environment variable "
+                              f"(or use llm.backend=scripted, the offline advisor)")
+    if llm.backend in ("scripted", "gemini") and llm.cache_path:
+        _check_creatable_file("llm.cache_path", llm.cache_path)
+    if llm.backend in ("scripted", "gemini") and getattr(llm, "shared_cache", None):
+        from lore.llm.cache import AdviceCache
+
+        try:  # read-only: opening it proves it is a readable answer cache and touches nothing
+            AdviceCache(llm.shared_cache, readonly=True).close()
+        except ValueError as e:
+            raise ConfigError(f"llm.shared_cache: {e}") from None
+
+
+def _check_creatable_file(key: str, path: str) -> None:
+    """``path`` is a writable file, or one that can be created (its parent folders included)."""
+    try:
+        target = Path(path)
+        if target.is_dir():
+            problem = "is a directory"
+        elif target.exists():
+            problem = "" if os.access(target, os.R_OK | os.W_OK) else "is not writable"
+        else:
+            parent = target.parent
+            while not parent.exists():
+                parent = parent.parent
+            problem = ("" if parent.is_dir() and os.access(parent, os.W_OK | os.X_OK)
+                       else f"cannot be created: {parent} is not a writable directory")
+    except (OSError, ValueError) as e:  # a NUL byte, a name too long
+        problem = f"is not a usable path ({e})"
+    if problem:
+        raise ConfigError(f"{key}: {path} {problem}")
 
 
 def check_same_config(saved: RunConfig, wanted: RunConfig, path: Path) -> None:
@@ -441,6 +491,7 @@ class Trainer:
             self._evaluate()
         elif not self.eval_table.rows:
             self._evaluate()
+        self.bridge.settle()  # before the final metrics row: it must count the LLM calls still in flight
         self._log()
         self._checkpoint()
         self.bridge.close()
@@ -484,6 +535,7 @@ def train(cfg: RunConfig, run_dir: str | Path, show_progress: bool | None = None
     done = run_dir / DONE
     if done.exists():
         return {"already_done": True, **json.loads(done.read_text())}
+    preflight(cfg)
     prepare_run_dir(run_dir)
     try:
         with exclusive_dir_lock(run_dir):

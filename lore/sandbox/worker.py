@@ -1,8 +1,8 @@
-"""The worker side of :mod:`lore.llm.sandbox`, plus the static checker both sides share.
+"""The worker side of :mod:`lore.sandbox`, plus the static checker both sides share.
 
 Two roles in one file, so that the parent and the worker apply the very same rules:
 
-* imported by the parent (:mod:`lore.llm.sandbox`) for :func:`check_source` and the constants;
+* imported by the parent (:mod:`lore.sandbox.runner`) for :func:`check_source` and the constants;
 * loaded by path inside a fresh interpreter (``python -S -s -B -c <bootstrap>``) and run through
   :func:`main`, it becomes a worker: it hardens its own process (namespaces, chroot, uid drop,
   resource limits, seccomp), answers a handshake, then serves feature requests over its stdin/stdout
@@ -24,6 +24,7 @@ import json
 import math
 import os
 import pickle
+import re
 import resource
 import signal
 import struct
@@ -54,7 +55,9 @@ FAILURE_KINDS = (
     "wrong_type",
     "output_too_large",
     "worker_crashed",
+    "disabled",
 )
+"""``disabled`` is given by the parent only: code dropped after too many failures in a row."""
 
 ALLOWED_MODULES = ("math", "numpy")
 
@@ -99,18 +102,20 @@ SAFE_EXCEPTION_NAMES = (
 FORBIDDEN_NAMES = frozenset(
     """
     eval exec compile open getattr setattr delattr hasattr globals locals vars input breakpoint help
-    exit quit memoryview type object super classmethod staticmethod property dir id print bytearray
+    exit quit memoryview type object super classmethod staticmethod property dir id hash print bytearray
     BaseException SystemExit KeyboardInterrupt GeneratorExit
     """.split()
 )
 # Attribute names refused on any object (the checker cannot know types). Besides everything that
 # starts with "_" (dunders: __class__, __globals__, __subclasses__ ...) these reach frames, code,
-# files or the modules of the host.
+# files or the modules of the host. `data`/`tobytes`/`tostring` give an array's raw bytes, which for
+# an object array are its elements' memory addresses.
 FORBIDDEN_ATTRIBUTES = frozenset(
     """
-    format format_map mro tofile dump dumps ctypes load loads save savez savez_compressed savetxt
-    loadtxt genfromtxt fromfile memmap lib ctypeslib testing distutils f2py setflags resize environ
-    modules system popen spawn fork builtins globals locals getattr setattr import_module
+    format format_map mro tofile dump dumps ctypes data tobytes tostring load loads save savez
+    savez_compressed savetxt loadtxt genfromtxt fromfile memmap lib ctypeslib testing distutils f2py
+    setflags resize environ modules system popen spawn fork builtins globals locals getattr setattr
+    import_module
     """.split()
 )
 FORBIDDEN_ATTRIBUTE_PREFIXES = ("_", "f_", "co_", "gi_", "cr_", "ag_", "tb_", "func_", "im_")
@@ -177,6 +182,7 @@ def compile_checked(source: object):
     if error:
         return error
     try:
+        tree = ast.fix_missing_locations(_AddressFreeFormatting().visit(tree))
         return compile(tree, "<features>", "exec", dont_inherit=True)
     except SyntaxError as e:
         return f"cannot compile: {e.msg} (line {e.lineno})"
@@ -218,6 +224,9 @@ class _Checker:
             if isinstance(stmt, (ast.Import, ast.ImportFrom)):
                 continue
             if isinstance(stmt, ast.FunctionDef):
+                error = _check_definition_time(stmt)
+                if error:
+                    return f"{error} {where}"
                 if stmt.name == "compute_features":
                     args = stmt.args
                     if not (args.posonlyargs or args.args or args.vararg):
@@ -233,6 +242,8 @@ class _Checker:
                     return f"top-level assignments must bind plain names {where}"
                 if stmt.value is None or not _is_constant_expression(stmt.value):
                     return f"top-level assignments must be constants (no calls) {where}"
+                if isinstance(stmt, ast.AnnAssign) and not _is_type_expression(stmt.annotation):
+                    return f"{_ANNOTATION_RULE} {where}"
                 continue
             return (f"only imports, function definitions and constant assignments are allowed at "
                     f"top level, found {type(stmt).__name__} {where}")
@@ -251,12 +262,7 @@ class _Checker:
         if isinstance(node, ast.Attribute):
             return self._check_attribute(node)
         if isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.name not in ALLOWED_MODULES:
-                    return f"import of '{alias.name}' is not allowed (only math and numpy)"
-                if alias.asname and alias.asname.startswith("__"):
-                    return f"name '{alias.asname}' is not allowed"
-            return None
+            return _check_aliases(node.names, ALLOWED_MODULES, "import of '{}' is not allowed (only math and numpy)")
         if isinstance(node, ast.ImportFrom):
             return _check_import_from(node)
         if isinstance(node, (ast.FunctionDef, ast.Lambda)):
@@ -270,6 +276,9 @@ class _Checker:
             return f"name '{node.arg}' is not allowed" if node.arg.startswith("__") else None
         if isinstance(node, ast.ExceptHandler):
             return _check_handler(node)
+        if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Mod) \
+                and not isinstance(node.target, ast.Name):
+            return "'%=' is only allowed on a plain name; write 'a[i] = a[i] % x'"
         if isinstance(node, ast.keyword) and node.arg is not None and node.arg.startswith("__"):
             return f"keyword '{node.arg}' is not allowed"
         return None
@@ -307,9 +316,14 @@ def _check_import_from(node: ast.ImportFrom) -> str | None:
     if node.level or node.module not in ALLOWED_MODULES:
         return f"import from '{node.module}' is not allowed (only math and numpy)"
     allowed = _math_public_names() if node.module == "math" else NUMPY_ALLOWED
-    for alias in node.names:
+    return _check_aliases(node.names, allowed, f"'from {node.module} import {{}}' is not allowed")
+
+
+def _check_aliases(aliases: list[ast.alias], allowed, refusal: str) -> str | None:
+    """Each imported name must be in ``allowed`` and may not be bound to a dunder name."""
+    for alias in aliases:
         if alias.name not in allowed:
-            return f"'from {node.module} import {alias.name}' is not allowed"
+            return refusal.format(alias.name)
         if alias.asname and alias.asname.startswith("__"):
             return f"name '{alias.asname}' is not allowed"
     return None
@@ -326,6 +340,40 @@ def _check_handler(node: ast.ExceptHandler) -> str | None:
             shown = name.id if isinstance(name, ast.Name) else type(name).__name__
             return f"'except {shown}' is not allowed (allowed: {', '.join(SAFE_EXCEPTION_NAMES)})"
     return None
+
+
+_ANNOTATION_RULE = ("annotations of top-level definitions may only name types, e.g. 'list[float]' "
+                    "(they are evaluated when the module body runs)")
+
+
+def _check_definition_time(function: ast.FunctionDef) -> str | None:
+    """Default values and annotations of a top-level ``def`` are evaluated when the module body runs
+    (before ``compute_features`` is called): constants and type names only, so that nothing runs then."""
+    args = function.args
+    for default in args.defaults + [d for d in args.kw_defaults if d is not None]:
+        if not _is_constant_expression(default):
+            return (f"default values of top-level functions must be constants (no calls; they are "
+                    f"evaluated when the module body runs): '{function.name}'")
+    every_arg = args.posonlyargs + args.args + args.kwonlyargs + [a for a in (args.vararg, args.kwarg) if a]
+    annotations = [a.annotation for a in every_arg] + [function.returns]
+    if not all(a is None or _is_type_expression(a) for a in annotations):
+        return f"{_ANNOTATION_RULE}: '{function.name}'"
+    return None
+
+
+def _is_type_expression(node: ast.AST) -> bool:
+    """``int``, ``np.ndarray``, ``"Obs"``, ``list[float]``, ``dict[str, float] | None``: no calls."""
+    if isinstance(node, (ast.Constant, ast.Name)):
+        return True
+    if isinstance(node, ast.Attribute):
+        return _is_type_expression(node.value)
+    if isinstance(node, ast.Subscript):
+        return _is_type_expression(node.value) and _is_type_expression(node.slice)
+    if isinstance(node, (ast.Tuple, ast.List)):
+        return all(_is_type_expression(e) for e in node.elts)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        return _is_type_expression(node.left) and _is_type_expression(node.right)
+    return False
 
 
 def _is_constant_expression(node: ast.AST) -> bool:
@@ -345,6 +393,136 @@ def _is_constant_expression(node: ast.AST) -> bool:
 
 def _math_public_names() -> frozenset[str]:
     return frozenset(n for n in dir(math) if not n.startswith("_"))
+
+
+# --------------------------------------------------------------------------- address-free text
+
+# Hooks the rewritten code calls. Feature code cannot spell them: names starting with "__" are refused.
+_FORMAT_HOOK = "__sandbox_format_value__"
+_MOD_HOOK = "__sandbox_mod__"
+_IMOD_HOOK = "__sandbox_imod__"
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+class _AddressFreeFormatting(ast.NodeTransformer):
+    """Sends every f-string field and every ``%`` through hooks that drop memory addresses from text.
+
+    The default text of functions, iterators, bound methods ... holds their address
+    (``<function f at 0x7f...>``), which differs between processes: features built from it would
+    not be a function of the observation. ``repr``/``str`` are replaced in the builtins; f-strings and
+    ``%`` format in C and need this rewrite. Runs after the check, on the checked tree.
+    """
+
+    def visit_FormattedValue(self, node: ast.FormattedValue) -> ast.AST:
+        self.generic_visit(node)
+        node.value = _hook_call(_FORMAT_HOOK, [node.value], node.value)
+        return node
+
+    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+        self.generic_visit(node)
+        numeric_left = isinstance(node.left, ast.Constant) and not isinstance(node.left.value, (str, bytes))
+        if not isinstance(node.op, ast.Mod) or numeric_left:
+            return node
+        return _hook_call(_MOD_HOOK, [node.left, node.right], node)
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> ast.AST:
+        self.generic_visit(node)
+        if not isinstance(node.op, ast.Mod):
+            return node
+        # The checker allows `%=` on plain names only: `x %= y` -> `x = __sandbox_imod__(x, y)`.
+        current = ast.copy_location(ast.Name(node.target.id, ast.Load()), node.target)
+        value = _hook_call(_IMOD_HOOK, [current, node.value], node)
+        return ast.copy_location(ast.Assign([node.target], value), node)
+
+
+def _hook_call(hook: str, args: list[ast.expr], where: ast.AST) -> ast.Call:
+    call = ast.Call(ast.copy_location(ast.Name(hook, ast.Load()), where), args, [])
+    return ast.copy_location(call, where)
+
+
+def hide_addresses(text: str) -> str:
+    """``"<function f at 0x7f3a...>"`` -> ``"<function f>"``."""
+    return _ADDRESS.sub("", text)
+
+
+def _is_plain(value) -> bool:
+    """Values whose text never shows a memory address (numbers, strings, arrays without objects)."""
+    if isinstance(value, (np.ndarray, np.generic)):
+        return not value.dtype.hasobject
+    return isinstance(value, (str, bytes, int, float, complex, type(None)))
+
+
+class _AddressFree:
+    """Stands in for one value being formatted: its text, without addresses."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value) -> None:
+        self._value = value
+
+    def __repr__(self) -> str:
+        return hide_addresses(repr(self._value))
+
+    def __str__(self) -> str:
+        return hide_addresses(str(self._value))
+
+    def __format__(self, spec: str) -> str:
+        return hide_addresses(format(self._value, spec))
+
+
+def _address_free(value):
+    return value if _is_plain(value) else _AddressFree(value)
+
+
+def _format_args(args):
+    """The right operand of ``text % args`` with every non-plain value replaced by its stand-in."""
+    if isinstance(args, tuple):
+        return tuple(_address_free(a) for a in args)
+    if isinstance(args, dict) and all(_is_plain(k) for k in args):
+        return {k: _address_free(v) for k, v in args.items()}
+    return _address_free(args)
+
+
+def _mod(left, right):
+    if isinstance(left, (str, bytes)):
+        return left % _format_args(right)
+    return left % right
+
+
+def _imod(left, right):
+    if isinstance(left, (str, bytes)):
+        return left % _format_args(right)
+    left %= right  # in place for arrays, as `%=` is
+    return left
+
+
+def _address_free_repr(value) -> str:
+    text = repr(value)
+    return text if _is_plain(value) else hide_addresses(text)
+
+
+class _StrType(type):
+    """Metaclass of the ``str`` feature code sees: ``isinstance(x, str)``, ``str.join`` and
+    ``dtype=str`` work as usual; calling it gives text without addresses."""
+
+    def __instancecheck__(cls, value) -> bool:
+        return isinstance(value, str)
+
+    def __call__(cls, *args, **kwargs) -> str:
+        text = str(*args, **kwargs)
+        return text if not args or _is_plain(args[0]) else hide_addresses(text)
+
+    def __getattr__(cls, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(str, name)
+
+    def __repr__(cls) -> str:
+        return "<class 'str'>"
+
+
+class _AddressFreeStr(metaclass=_StrType):
+    dtype = np.dtype(str)  # np.array(..., dtype=str) keeps meaning a unicode array
 
 
 # --------------------------------------------------------------------------- restricted namespace
@@ -399,7 +577,10 @@ def build_restricted_globals_factory():
         raise ImportError(f"import of '{name}' is not allowed in the feature sandbox")
 
     safe_builtins = {name: getattr(builtins, name) for name in SAFE_BUILTIN_NAMES + SAFE_EXCEPTION_NAMES}
-    safe_builtins["__import__"] = safe_import
+    safe_builtins.update({
+        "__import__": safe_import, "repr": _address_free_repr, "str": _AddressFreeStr,
+        _FORMAT_HOOK: _address_free, _MOD_HOOK: _mod, _IMOD_HOOK: _imod,
+    })
 
     def fresh_globals() -> dict:
         return {"__builtins__": safe_builtins, "__name__": "lore_features", "np": numpy_ns, "math": math_ns}
@@ -706,18 +887,25 @@ class _Timeout(BaseException):
 
 
 class _Alarm:
-    """One-shot wall-clock alarm around each feature call."""
+    """One-shot wall-clock alarm around each feature call.
+
+    ``fired`` stays set until the next ``arm``: code can swallow the raised ``_Timeout`` (a ``return``
+    in ``finally:`` discards it), but not the record that time ran out.
+    """
 
     def __init__(self) -> None:
         self.armed = False
+        self.fired = False
         signal.signal(signal.SIGALRM, self._fire)
 
     def _fire(self, signum, frame) -> None:
         if self.armed:
             self.armed = False
+            self.fired = True
             raise _Timeout()
 
     def arm(self, seconds: float) -> None:
+        self.fired = False
         self.armed = True
         signal.setitimer(signal.ITIMER_REAL, seconds)
 
@@ -742,7 +930,7 @@ def _describe(error: Exception) -> str:
         text = str(error)[: 4 * MAX_MESSAGE_CHARS]
     except Exception:  # str() of an odd payload can itself fail (or run out of memory)
         text = "<unprintable>"
-    return _short(f"{type(error).__name__}: {text}")
+    return _short(hide_addresses(f"{type(error).__name__}: {text}"))
 
 
 class _Server:
@@ -765,6 +953,12 @@ class _Server:
         return code
 
     def run_one(self, code, obs: dict, n_features: int, timeout_s: float) -> list:
+        entry = self._run_with_alarm(code, obs, n_features, timeout_s)
+        if self.alarm.fired:  # whatever the code made of the timeout (`finally: return ...`), it is one
+            return _timeout_entry(timeout_s)
+        return entry
+
+    def _run_with_alarm(self, code, obs: dict, n_features: int, timeout_s: float) -> list:
         try:
             self.alarm.arm(timeout_s)
             try:
@@ -780,7 +974,7 @@ class _Server:
             return [kind, _short(message), values, names]
         except _Timeout:
             self.alarm.disarm()
-            return ["timeout", f"feature code ran longer than {timeout_s:g} s", None, None]
+            return _timeout_entry(timeout_s)
         except MemoryError:
             self.alarm.disarm()
             return ["memory", "MemoryError: feature code exceeded its memory limit", None, None]
@@ -793,14 +987,26 @@ class _Server:
         code = self.compile(request["code_id"], request["source"])
         if isinstance(code, str):
             return {"results": [["rejected", _short(code), None, None]] * len(observations)}
-        results = [self.run_one(code, obs, request["n_features"], request["timeout_s"])
+        results = [self.run_one(code, private_copy(obs), request["n_features"], request["timeout_s"])
                    for obs in observations]
         usage = resource.getrusage(resource.RUSAGE_SELF)
         return {"results": results, "cpu_s": usage.ru_utime + usage.ru_stime}
 
 
+def _timeout_entry(timeout_s: float) -> list:
+    return ["timeout", f"feature code ran longer than {timeout_s:g} s", None, None]
+
+
+def private_copy(obs: dict) -> dict:
+    """One observation as fresh arrays that share memory with nothing: the unpacked arrays are views
+    into the whole batch (and pickle shares an array sent twice), so ``obs[k].base`` would let one
+    observation's code rewrite the observations after it."""
+    return {key: value.copy() for key, value in obs.items()}
+
+
 def unpack_observations(packed: dict) -> list[dict]:
-    """Inverse of the parent's packing: a list of observation dicts (views into stacked arrays)."""
+    """Inverse of the parent's packing: a list of observation dicts (views into stacked arrays;
+    :func:`private_copy` each one before feature code sees it)."""
     if "list" in packed:
         return packed["list"]
     stacked = packed["stacked"]
@@ -842,18 +1048,20 @@ def _warm_up(server: _Server) -> str | None:
     for protocol in (4, 5):
         pickle.loads(pickle.dumps(sample, protocol=protocol))
     stacked = {k: np.stack([v, v]) for k, v in sample.items()}
-    sample = unpack_observations(pickle.loads(pickle.dumps({"stacked": stacked, "n": 2}, protocol=5)))[1]
+    packed = pickle.loads(pickle.dumps({"stacked": stacked, "n": 2}, protocol=5))
+    sample = private_copy(unpack_observations(packed)[1])
     source = (
         "import math\nimport numpy as np\n"
         "def compute_features(obs):\n"
         "    g = np.asarray(obs['grid'], dtype=np.float64)\n"
         "    a = [g.sum(), g.mean(), g.std(), np.median(g), np.percentile(g, 50), np.unique(g).size,\n"
         "         np.linalg.norm(g[..., 0]), np.argwhere(g > 0).size, np.pad(g, 1).sum(), math.sqrt(4),\n"
-        "         np.sort(g.ravel())[0], np.histogram(g.ravel(), bins=3)[0].sum(), np.isin(g, [1]).sum()]\n"
+        "         np.sort(g.ravel())[0], np.histogram(g.ravel(), bins=3)[0].sum(), np.isin(g, [1]).sum(),\n"
+        "         len(f'{g.sum():.1f}{compute_features!r}' + '%s' % (np.sum,) + str(g[0, 0]) + repr(len))]\n"
         "    return {str(i): float(v) for i, v in enumerate(a)}\n"
     )
     code = server.compile("warmup", source)
-    outcome = ["rejected", code] if isinstance(code, str) else server.run_one(code, sample, 13, 5.0)
+    outcome = ["rejected", code] if isinstance(code, str) else server.run_one(code, sample, 14, 5.0)
     if not isinstance(code, str):
         server.run_one(code, sample, 2, 5.0)  # the wrong_length path
     json.dumps({"x": [1.0, math.nan]})

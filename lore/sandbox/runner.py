@@ -1,8 +1,9 @@
-"""Run untrusted LLM-written feature code: ``compute_features(obs) -> list | dict`` of numbers.
+"""The parent side of the feature sandbox: run untrusted LLM-written feature code,
+``compute_features(obs) -> list | dict`` of numbers, in sandboxed worker processes.
 
 A security boundary, in three layers (``docs/sandbox.md`` has the threat model):
 
-1. a static check of the source (:func:`lore.llm._sandbox_worker.check_source`): size limit,
+1. a static check of the source (:func:`lore.sandbox.worker.check_source`): size limit,
    an allow-list of syntax, only ``import math`` / ``import numpy`` (numpy through an allow-list of
    functions), no dunder names or ``_``-attributes, no ``eval``/``open``/``getattr``/``type``..., no
    attribute assignment, no classes, generators, ``global``, bare ``except``; at top level only
@@ -20,7 +21,9 @@ A security boundary, in three layers (``docs/sandbox.md`` has the threat model):
 
 Result vectors: a list/tuple/1-D array maps one-to-one; a dict maps in **insertion order** (the
 order the code wrote the keys; :attr:`FeatureResult.names` keeps them). Any failure gives zeros and
-``ok=False`` with ``error = "<kind>: <message>"``, kind one of :data:`FAILURE_KINDS`.
+``ok=False`` with ``error = "<kind>: <message>"``, kind one of :data:`FAILURE_KINDS`. Code whose
+last ``max_consecutive_failures`` calls all failed (no observation ok) is disabled: later calls fail
+at once with ``disabled`` instead of paying its timeouts again.
 """
 
 from __future__ import annotations
@@ -47,8 +50,8 @@ from pathlib import Path
 
 import numpy as np
 
-from lore.llm import _sandbox_worker as worker_module
-from lore.llm._sandbox_worker import FAILURE_KINDS, FRAME_HEADER, check_source, clean_text
+from lore.sandbox import worker as worker_module
+from lore.sandbox.worker import FAILURE_KINDS, FRAME_HEADER, check_source, clean_text
 
 __all__ = ["FAILURE_KINDS", "FeatureResult", "FeatureSandbox", "SandboxError", "code_id"]
 
@@ -60,6 +63,8 @@ _MIN_REPLY_CAP = 64 * 1024
 _REPLY_BYTES_PER_FEATURE = 32 + 4 * worker_module.MAX_NAME_CHARS + 8
 _REPLY_BYTES_PER_OBS = 4 * worker_module.MAX_MESSAGE_CHARS + 64
 _CHECK_CACHE_SIZE = 256
+_STREAKS_SIZE = 1024
+_WORKER_FAILURE_KINDS = tuple(kind for kind in FAILURE_KINDS if kind != "disabled")  # "disabled" is ours
 _WORKER_FILE = worker_module.__file__
 
 # The worker is started with exactly this environment: nothing of the parent's (no API keys, no
@@ -74,7 +79,7 @@ _WORKER_ENV = {
 }
 # `-S` (no site: no .pth files run), `-s` (no user site), `-B` (no .pyc writes). Not `-I`/`-E`: they
 # would also ignore PYTHONHASHSEED, and the environment is ours entirely anyway. `-c` instead of a
-# script path keeps lore/llm/ off sys.path; the worker module is loaded by file path.
+# script path keeps lore/sandbox/ off sys.path; the worker module is loaded by file path.
 _BOOTSTRAP = (
     "import sys, json, importlib.util as u; c = json.loads(sys.argv[2]); "
     "sys.path[:] = [p for p in sys.path if p] + c['sys_path']; "
@@ -284,6 +289,42 @@ def _shutdown(workers: list[_Worker], owner_pid: int) -> None:
         w.kill()
 
 
+class _FailureStreaks:
+    """Per code id: calls in a row in which no observation came back ok; code that reaches ``limit``
+    is disabled, so a program that always times out stops costing its timeout on every call."""
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self._streaks: OrderedDict[str, int] = OrderedDict()
+        self.disabled: OrderedDict[str, str] = OrderedDict()  # code id -> why
+
+    def why_disabled(self, cid: str) -> str | None:
+        return self.disabled.get(cid)
+
+    def record(self, cid: str, results: list[FeatureResult]) -> bool:
+        """Count one call's results; True when this call disabled the code."""
+        counted = [r for r in results if r.ok or r.error.split(":", 1)[0] not in ("rejected", "disabled")]
+        if self.limit is None or not counted or cid in self.disabled:
+            return False
+        if any(r.ok for r in counted):
+            self._streaks.pop(cid, None)
+            return False
+        streak = self._streaks.pop(cid, 0) + 1
+        if streak < self.limit:
+            self._streaks[cid] = streak  # most recent last; the oldest is forgotten first
+            _trim(self._streaks, _STREAKS_SIZE)
+            return False
+        last = clean_text(counted[-1].error, worker_module.MAX_MESSAGE_CHARS)
+        self.disabled[cid] = f"feature code failed {streak} calls in a row (last: {last})"
+        _trim(self.disabled, _STREAKS_SIZE)
+        return True
+
+
+def _trim(table: OrderedDict, size: int) -> None:
+    while len(table) > size:
+        table.popitem(last=False)
+
+
 # --------------------------------------------------------------------------- the sandbox
 
 
@@ -295,6 +336,10 @@ class FeatureSandbox:
     ``workers`` processes share a ``run_batch``. Failures never raise: they come back as
     ``ok=False`` results. Only a sandbox that cannot start a worker at all raises
     :class:`SandboxError` (from :meth:`start`, or from a call when the restart also fails).
+
+    ``max_consecutive_failures`` (None: never) calls in a row in which no observation came back ok
+    disable that code: from then on its calls fail at once with ``disabled`` (zeros), see
+    :meth:`is_disabled` and the ``codes_disabled`` counter. Rejected code does not count (it never runs).
     """
 
     def __init__(
@@ -308,6 +353,7 @@ class FeatureSandbox:
         kill_grace_s: float = 0.5,
         start_timeout_s: float = 60.0,
         cpu_lifetime_s: int = 600,
+        max_consecutive_failures: int | None = 3,
     ) -> None:
         _require(isinstance(n_features, int) and not isinstance(n_features, bool)
                  and 1 <= n_features <= MAX_N_FEATURES, f"n_features must be an int in [1, {MAX_N_FEATURES}]",
@@ -320,6 +366,9 @@ class FeatureSandbox:
         _require(_positive_finite(start_timeout_s), "start_timeout_s must be positive", start_timeout_s)
         _require(isinstance(cpu_lifetime_s, int) and cpu_lifetime_s >= 10, "cpu_lifetime_s must be an int >= 10",
                  cpu_lifetime_s)
+        _require(max_consecutive_failures is None or isinstance(max_consecutive_failures, int)
+                 and not isinstance(max_consecutive_failures, bool) and max_consecutive_failures >= 1,
+                 "max_consecutive_failures must be None or an int >= 1", max_consecutive_failures)
         self.n_features = n_features
         self.timeout_s = float(timeout_s)
         self.memory_mb = memory_mb
@@ -335,8 +384,9 @@ class FeatureSandbox:
         self._lock = threading.Lock()
         self._closed = False
         self._check_cache: OrderedDict[str, str | None] = OrderedDict()
+        self._streaks = _FailureStreaks(max_consecutive_failures)
         self._counters = {"calls": 0, "ok": 0, "failures": 0, **{f"failures_{k}": 0 for k in FAILURE_KINDS},
-                          "worker_starts": 0, "worker_kills": 0}
+                          "worker_starts": 0, "worker_kills": 0, "codes_disabled": 0}
         self._finalizer = weakref.finalize(self, _shutdown, self._workers, os.getpid())
 
     @classmethod
@@ -348,6 +398,7 @@ class FeatureSandbox:
             memory_mb=features_cfg.memory_mb,
             workers=features_cfg.workers,
             clip=getattr(features_cfg, "clip", 1e3),
+            max_consecutive_failures=getattr(features_cfg, "max_consecutive_failures", 3),
         )
 
     # public API --------------------------------------------------------------
@@ -377,19 +428,35 @@ class FeatureSandbox:
             if self._closed:
                 raise RuntimeError("FeatureSandbox is closed")
             error = self._check_cached(code, cid)
+            disabled = self._streaks.why_disabled(cid)
             if error:
                 raw = [["rejected", error, None, None]] * len(observations)
+            elif disabled:  # checked after the static check: rejected code keeps saying why
+                raw = [["disabled", disabled, None, None]] * len(observations)
             elif observations:
                 raw = self._dispatch(cid, code, observations)
             else:
                 raw = []
             results = self._finish(raw, cid)
             self._count(results)
+            if self._streaks.record(cid, results):
+                self._counters["codes_disabled"] += 1
+                log.warning("sandbox: feature code %s disabled: %s", cid, self._streaks.why_disabled(cid))
         return results
+
+    def is_disabled(self, code: str) -> bool:
+        """Whether ``code`` was disabled after ``max_consecutive_failures`` failed calls in a row."""
+        with self._lock:
+            return self._streaks.why_disabled(code_id(code)) is not None
+
+    def disabled_codes(self) -> dict[str, str]:
+        """``code_id -> why`` for every disabled code (the most recent 1024)."""
+        with self._lock:
+            return dict(self._streaks.disabled)
 
     def counters(self) -> dict[str, int]:
         """``calls`` (observations evaluated), ``ok``, ``failures``, ``failures_<kind>``,
-        ``worker_starts``, ``worker_kills``."""
+        ``worker_starts``, ``worker_kills``, ``codes_disabled``."""
         with self._lock:
             return dict(self._counters)
 
@@ -538,7 +605,7 @@ class FeatureSandbox:
         if not (isinstance(entry, list) and len(entry) == 4):
             raise ValueError("result entry is not a 4-list")
         kind, message, values, names = entry
-        if kind != "ok" and kind not in FAILURE_KINDS or not isinstance(message, str):
+        if kind != "ok" and kind not in _WORKER_FAILURE_KINDS or not isinstance(message, str):
             raise ValueError(f"unknown result kind {str(kind)[:20]!r}")
         if kind != "ok":
             values = names = None

@@ -1,0 +1,375 @@
+"""``lore eval``: evaluate a run's checkpoint on fresh episodes, the way training evaluates.
+
+    lore eval --run-dir RUN [--episodes N] [--seed S] [--with-prior] [--env ID] [--frames DIR] [--out FILE]
+
+Reads ``RUN/config.yaml`` and ``RUN/checkpoint.pt`` and writes one row with the columns of the
+run's ``eval.csv`` (``env_step`` is the checkpoint's), followed by provenance and prior-usage
+columns (``eval_seed``, ``env``, ``with_prior``, ``prior_applied_frac``, ``beta_mean``,
+``action_changed_frac``, ``llm_calls``), to ``--out`` (default ``RUN/eval_<tag>.csv``), atomically.
+
+Same protocol as training (:func:`lore.train.evaluate.evaluate_policy`): episode ``k`` is the layout
+``reset(seed=10_000_000 + 1000 * S + k)`` and the policy samples from a generator seeded with
+``7919 * S + eval_index``, where ``S`` is ``--seed`` (default: the run's seed) and ``eval_index`` is
+the index of the ``eval.csv`` row taken at the checkpoint's step (or the next index when there is
+none). So with the defaults a finished run's last ``eval.csv`` row is reproduced exactly (same
+device and thread count), and the numbers depend on nothing but the checkpoint and the options.
+
+Read-only on the run: no run-directory lock is taken (the checkpoint is replaced by atomic rename,
+so reading it while the run trains is safe, and the training is never blocked), no LLM ledger is
+written, and the persistent LLM cache is neither read nor written (its content would make the
+numbers depend on history). The only file written in the run directory is the output.
+
+``--with-prior`` mixes the LLM prior in as at act time in training, through the same
+:class:`~lore.train.llm_bridge.LLMBridge` and controller (fresh: full budget, no remembered
+answers), with the run's backend (``scripted`` works offline) and its advice trust and
+temperature from the checkpoint; training-only randomisation is off (beta dropout, control
+episodes, temperature refits), so every step may use the advice. CEM planning is not applied.
+A non-inline backend (Gemini) is waited for, so that an answer applies where it was asked for.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from lore.config import ConfigError, RunConfig, config_from_saved
+
+PROTECTED = ("eval.csv", "episodes.csv", "metrics.csv", "config.yaml", "checkpoint.pt", "done",
+             "llm_calls.jsonl", ".lock")
+"""Files of the run that ``--out`` may never name."""
+
+
+@dataclasses.dataclass
+class EvalOptions:
+    run_dir: str
+    episodes: int | None = None
+    seed: int | None = None
+    with_prior: bool = False
+    env: str | None = None
+    frames: str | None = None
+    out: str | None = None
+    device: str | None = None
+
+
+def run_eval(opts: EvalOptions) -> dict:
+    """Evaluate and write the output file; returns the row written (plus ``out``).
+
+    Bad input raises :class:`~lore.config.ConfigError` (or ``CheckpointError`` / ``LLMConfigError``)
+    before anything is written.
+    """
+    from lore.train.checkpoint import load_checkpoint
+    from lore.train.records import CsvTable
+    from lore.train.trainer import CHECKPOINT, resolve_device
+
+    run_dir = Path(opts.run_dir)
+    if not run_dir.is_dir():
+        raise ConfigError(f"run directory {run_dir} does not exist")
+    cfg_path, ckpt_path = run_dir / "config.yaml", run_dir / CHECKPOINT
+    for path in (cfg_path, ckpt_path):
+        if not path.is_file():
+            raise ConfigError(f"{path} not found: {run_dir} is not a run directory with a checkpoint yet")
+    if opts.episodes is not None and opts.episodes < 1:
+        raise ConfigError(f"--episodes must be >= 1, got {opts.episodes}")
+    cfg = config_from_saved(cfg_path)
+    seed = cfg.seed if opts.seed is None else int(opts.seed)
+    episodes = cfg.eval.episodes if opts.episodes is None else int(opts.episodes)
+    device = resolve_device(opts.device or cfg.device)
+    if opts.with_prior:
+        _check_prior_possible(cfg)
+
+    env, run_env = _make_eval_env(cfg, opts.env, seed)
+    frames = _FrameWriter(Path(opts.frames), env) if opts.frames else None
+
+    payload = load_checkpoint(ckpt_path)
+    env_step = int(payload["env_step"])
+    tag = f"step{env_step}_seed{seed}_n{episodes}" + ("_prior" if opts.with_prior else "") + (
+        f"_{env.name}" if env.name != cfg.env.name else "")
+    out = Path(opts.out) if opts.out else run_dir / f"eval_{tag}.csv"
+    _check_out(out, run_dir)
+
+    if cfg.train.torch_threads > 0:
+        torch.set_num_threads(cfg.train.torch_threads)
+    agent_cfg = _prior_eval_config(cfg) if opts.with_prior else cfg
+    agent = _load_agent(agent_cfg, env, payload, device, with_prior=opts.with_prior)
+    bridge = _make_bridge(cfg, env, agent, payload.get("bridge"), with_prior=opts.with_prior, seed=seed)
+    ecfg = dataclasses.replace(cfg, seed=seed, eval=dataclasses.replace(cfg.eval, episodes=episodes))
+    rows = (payload.get("tables") or {}).get("eval") or []
+    at_step = [i for i, r in enumerate(rows) if r.get("env_step") == env_step]
+    eval_index = at_step[-1] if at_step else len(rows)
+
+    session = _PriorSession(bridge, env_step) if opts.with_prior else None
+    usage = _Usage()
+
+    def on_reset(env_, obs):
+        if session is not None:
+            session.on_reset()
+        if frames is not None:
+            frames.on_reset(env_, obs)
+
+    def on_act(out_, action):
+        usage.on_act(out_)
+        if session is not None:
+            session.after_act(out_, action)
+
+    def on_step(env_, action, obs, reward, done):
+        if session is not None:
+            session.on_step(action, reward, done)
+        if frames is not None:
+            frames.on_step(env_, obs)
+
+    from lore.train.evaluate import evaluate_policy
+
+    try:
+        result = evaluate_policy(
+            agent, env, ecfg, device, eval_index,
+            llm_inputs=session.inputs if session is not None else bridge.eval_inputs,
+            act_env_step=env_step if opts.with_prior else 0,
+            on_reset=on_reset, on_act=on_act, on_step=on_step)
+    finally:
+        llm_calls = bridge.metrics().get("llm_calls", 0.0)
+        bridge.close()
+        if frames is not None:
+            frames.close()
+        env.close()
+        if run_env is not env:
+            run_env.close()
+    assert result is not None  # no should_stop: evaluate_policy always finishes
+    row = {"env_step": env_step, **result, "eval_seed": seed, "env": env.name, "with_prior": int(opts.with_prior),
+           **usage.summary(), "llm_calls": float(llm_calls)}
+    table = CsvTable(out)
+    table.append(row)
+    table.flush()
+    return {**row, "out": str(out)}
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def _check_prior_possible(cfg: RunConfig) -> None:
+    if cfg.llm.backend == "none" or not cfg.prior.enabled:
+        raise ConfigError(f"--with-prior: this run has no LLM prior (llm.backend={cfg.llm.backend}, "
+                          f"prior.enabled={str(cfg.prior.enabled).lower()}, ablation {cfg.ablation})")
+    if cfg.llm.backend == "replay":
+        raise ConfigError("--with-prior: llm.backend=replay only replays the recorded run's own calls; "
+                          "evaluate with the backend that recorded them")
+
+
+def _make_eval_env(cfg: RunConfig, env_id: str | None, seed: int):
+    """The evaluation env (``--env`` or the run's) and the run's own env (for the space check)."""
+    from lore.envs import make_env, make_env_from_config
+
+    try:
+        run_env = make_env_from_config(cfg.env, seed=10_000_000 + seed)
+    except ValueError as e:
+        raise ConfigError(f"env: {e}") from e
+    if env_id is None or env_id == cfg.env.name:
+        return run_env, run_env
+    try:
+        env = make_env(env_id, 10_000_000 + seed, obs=cfg.env.obs, view=cfg.env.view,
+                       max_episode_steps=cfg.env.max_episode_steps,
+                       crafter_area=cfg.env.crafter_area, crafter_view=cfg.env.crafter_view)
+    except ValueError as e:
+        run_env.close()
+        raise ConfigError(f"--env: {e}") from e
+    problems = []
+    if env.observation_space != run_env.observation_space:
+        problems.append(f"observation space {_space(env.observation_space)} vs {_space(run_env.observation_space)}")
+    if env.action_space != run_env.action_space:
+        problems.append(f"action space {env.action_space} vs {run_env.action_space}")
+    if problems:
+        env.close()
+        run_env.close()
+        raise ConfigError(f"--env {env_id} does not fit the run's agent (trained on {cfg.env.name}): "
+                          + "; ".join(problems))
+    return env, run_env
+
+
+def _space(space) -> str:
+    return "{" + ", ".join(f"{k}: {s.dtype}{tuple(s.shape)}" for k, s in space.spaces.items()) + "}"
+
+
+def _check_out(out: Path, run_dir: Path) -> None:
+    if out.is_dir():
+        raise ConfigError(f"--out {out} is a directory; name a file")
+    if out.resolve().parent == run_dir.resolve() and out.name in PROTECTED:
+        raise ConfigError(f"--out {out} would overwrite the run's own {out.name}; name another file")
+
+
+# --------------------------------------------------------------------------- agent and advisor
+
+
+def _prior_eval_config(cfg: RunConfig) -> RunConfig:
+    """The agent's config for ``--with-prior``: one env (so the prior layer keeps the u(s) of each act
+    step, which the controller's trigger reads) and no training-only randomisation of beta."""
+    prior = dataclasses.replace(cfg.prior, dropout=0.0, control_episodes=0.0, align_temperature=False)
+    return dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, num_envs=1), prior=prior)
+
+
+def _load_agent(cfg: RunConfig, env, payload: dict, device: torch.device, with_prior: bool):
+    from lore.dreamer.agent import DreamerAgent
+
+    agent = DreamerAgent(env.observation_space, int(env.action_space.n), cfg, device)
+    state = payload["agent"]
+    if with_prior:  # the run's per-env control-episode flags do not apply to the single eval env
+        state = {**state, "prior": {**state["prior"], "control": [False]}}
+    agent.load_state_dict(state)
+    return agent
+
+
+def _make_bridge(cfg: RunConfig, env, agent, saved: dict | None, with_prior: bool, seed: int):
+    """The trainer's :class:`LLMBridge` on the eval env, with the adopted feature program restored.
+
+    Without ``--with-prior`` only the feature program is used (as in training's evaluation); the
+    offline scripted backend stands in for the run's, so no API key is needed. The controller state
+    (budget used, remembered answers) is not restored: the eval starts a fresh one, and the scripted
+    advisor's noise is seeded by the evaluation seed.
+    """
+    from lore.envs.vector import VectorEnv
+    from lore.train.llm_bridge import LLMBridge
+
+    llm = dataclasses.replace(cfg.llm, cache_path=None, simulated_latency_ms=0.0)
+    if not with_prior and llm.backend != "none":
+        llm = dataclasses.replace(llm, backend="scripted")
+    if with_prior and llm.backend == "gemini":  # wait for each answer: it applies where it was asked for
+        wait_s = llm.timeout_s * (llm.retries + 1) + sum(llm.backoff_s * 2 ** i for i in range(llm.retries))
+        llm = dataclasses.replace(llm, max_wait_ms=1000.0 * wait_s)
+    bcfg = dataclasses.replace(cfg, seed=seed, llm=llm, env=dataclasses.replace(cfg.env, num_envs=1))
+    bridge = LLMBridge(bcfg, None, VectorEnv([env]), agent)
+    if saved is not None:
+        bridge.load_state_dict({**saved, "controller": None})
+    return bridge
+
+
+class _PriorSession:
+    """Drives the bridge around each eval step as the trainer's collect step does (one env)."""
+
+    def __init__(self, bridge, env_step: int):
+        self.bridge = bridge
+        self.env_step = int(env_step)
+
+    def on_reset(self) -> None:
+        self.bridge.on_reset(np.ones(1, dtype=bool))
+
+    def inputs(self, env) -> dict:
+        return self.bridge.inputs(self.env_step)
+
+    def after_act(self, out, action: int) -> None:
+        beta = out.beta.float().cpu().numpy()
+        self.bridge.after_act(self.env_step, out, np.asarray([action]), beta, False)
+
+    def on_step(self, action: int, reward: float, done: bool) -> None:
+        self.env_step += 1
+        self.bridge.on_env_step(self.env_step, np.asarray([action]), np.asarray([reward], np.float32),
+                                np.asarray([done]))
+
+
+class _Usage:
+    """How much the prior steered the evaluated agent (zeros without ``--with-prior``)."""
+
+    def __init__(self):
+        self.steps = 0
+        self.applied = 0.0
+        self.beta = 0.0
+        self.changed = 0.0
+
+    def on_act(self, out) -> None:
+        beta = float(out.beta.float().mean().item())
+        self.steps += 1
+        self.applied += float(beta > 0)
+        self.beta += beta
+        self.changed += float(out.action_changed.float().mean().item())
+
+    def summary(self) -> dict:
+        n = max(self.steps, 1)
+        return {"prior_applied_frac": self.applied / n, "beta_mean": self.beta / n,
+                "action_changed_frac": self.changed / n}
+
+
+# --------------------------------------------------------------------------- frames
+
+
+class _FrameWriter:
+    """PNG per step under ``DIR/episode_KKK/`` and, with imageio, ``DIR/episode_KKK.gif``.
+
+    Pixel envs save the agent's ``pixels`` observation; symbolic ones ``env.render()`` (RGB).
+    """
+
+    def __init__(self, directory: Path, env):
+        if directory.exists() and not directory.is_dir():
+            raise ConfigError(f"--frames {directory} exists and is not a directory")
+        self.directory = directory
+        self.pixels = "pixels" in env.observation_space.spaces
+        try:
+            import imageio.v2 as imageio
+        except ImportError:
+            imageio = None
+        self.imageio = imageio
+        if imageio is None:
+            try:
+                from PIL import Image  # noqa: F401
+            except ImportError:
+                raise ConfigError("--frames needs imageio or Pillow to write PNG files") from None
+        if not self.pixels:  # probe now, before anything is written
+            try:
+                env.reset(seed=0)
+                _check_frame(env.render())
+            except Exception as e:  # noqa: BLE001 - any failure means: no RGB frames from this env
+                raise ConfigError(f"--frames: {env.name} has symbolic observations and cannot render RGB "
+                                  f"frames ({type(e).__name__}: {e}); use env.obs=pixels") from None
+        self.episode = -1
+        self.step = 0
+        self.frames: list[np.ndarray] = []  # the current episode's, for its GIF (imageio only)
+
+    def _frame(self, env, obs) -> np.ndarray:
+        return _check_frame(np.asarray(obs["pixels"]) if self.pixels else env.render())
+
+    def on_reset(self, env, obs) -> None:
+        self._finish_episode()
+        self.episode += 1
+        self.step = 0
+        (self.directory / f"episode_{self.episode:03d}").mkdir(parents=True, exist_ok=True)
+        self._save(self._frame(env, obs))
+
+    def on_step(self, env, obs) -> None:
+        self._save(self._frame(env, obs))
+
+    def _save(self, frame: np.ndarray) -> None:
+        path = self.directory / f"episode_{self.episode:03d}" / f"step_{self.step:05d}.png"
+        self.step += 1
+        if self.imageio is not None:
+            self.imageio.imwrite(path, frame)
+            self.frames.append(frame)
+        else:
+            from PIL import Image
+
+            Image.fromarray(frame).save(path)
+
+    def _finish_episode(self) -> None:
+        if self.episode >= 0 and self.imageio is not None and self.frames:
+            self.imageio.mimsave(self.directory / f"episode_{self.episode:03d}.gif", self.frames, duration=0.1)
+        self.frames = []
+
+    def close(self) -> None:
+        self._finish_episode()
+
+
+def _check_frame(frame) -> np.ndarray:
+    frame = np.array(frame)  # a copy: the env may reuse its buffers
+    if frame.ndim != 3 or frame.shape[-1] not in (3, 4) or frame.dtype != np.uint8:
+        raise ValueError(f"expected an RGB uint8 image [H, W, 3], got {frame.dtype}{tuple(frame.shape)}")
+    return frame
+
+
+def format_row(row: dict) -> str:
+    """One human line for the terminal."""
+    parts = [f"env_step {row['env_step']}", f"episodes {row['episodes']}",
+             f"success_rate {row['success_rate']:.3f}", f"return_mean {row['return_mean']:.3f}"]
+    if "crafter_score" in row and math.isfinite(row["crafter_score"]):
+        parts.append(f"crafter_score {row['crafter_score']:.2f}")
+    if row.get("with_prior"):
+        parts.append(f"prior_applied_frac {row['prior_applied_frac']:.2f}")
+    return f"lore: eval {row['env']}: " + ", ".join(parts) + f" -> {row['out']}"
