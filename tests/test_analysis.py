@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -18,6 +19,11 @@ from lore.analysis.runs import RunDataError, load_run, load_runs
 from lore.analysis.synthetic import SyntheticRun, achievement_names, run_dir_for, write_grid, write_run
 
 ENV = "MiniGrid-DoorKey-5x5-v0"
+
+
+def plain(text: str) -> str:
+    """Generated prose with the ``\\lorenum{...}`` wrappers of its computed numbers removed."""
+    return re.sub(r"\\lorenum\{((?:[^{}]|\{[^{}]*\})*)\}", r"\1", text)
 
 # --------------------------------------------------------------------------- pure statistics
 
@@ -265,8 +271,9 @@ def test_latex_tables_and_macros_carry_the_statistics(known_grid, tmp_path):
     macros = macros_tex(tables, SETTINGS, [ENV])
     assert r"\lore@set{primary/full/sr@2000/iqm}{" + full_iqm + "}" in macros
     # The headline sentence quotes the same numbers the table has.
-    headline = next(line for line in macros.splitlines() if line.startswith(r"\newcommand{\loreHeadline}"))
+    headline = plain(next(line for line in macros.splitlines() if line.startswith(r"\newcommand{\loreHeadline}")))
     assert full_iqm in headline and "2k environment steps" in headline
+    assert "$n$ = 4 and 4 seeds" in headline
     assert r"\lorecrafterfalse" in macros
     # Goals: the runs stop at 4k, so the 50k / 10k goals are reported as not tested, not as met.
     assert "not tested" in macros
@@ -363,7 +370,127 @@ def test_kl_sentence_says_within_or_above_the_bound_from_the_numbers():
                       achievements=empty)
 
     inside, outside = tables(1.9), tables(2.5)
-    assert "1.90 nats (within the bound 2)" in kl_sentence(inside, "MiniGrid-DoorKey-5x5-v0")
-    assert "2.50 nats (above the bound 2)" in kl_sentence(outside, "MiniGrid-DoorKey-5x5-v0")
-    assert "100\\% of logged points" in kl_sentence(inside, "MiniGrid-DoorKey-5x5-v0")
+    assert "peaked at 1.90 (within the bound 2)" in plain(kl_sentence(inside, "MiniGrid-DoorKey-5x5-v0"))
+    assert "peaked at 2.50 (above the bound 2)" in plain(kl_sentence(outside, "MiniGrid-DoorKey-5x5-v0"))
+    assert "100\\% of logged points" in plain(kl_sentence(inside, "MiniGrid-DoorKey-5x5-v0"))
     assert cfg_number(inside.runs, "cfg_prior_kl_bound", "MiniGrid-DoorKey-5x5-v0") == "2"
+
+
+# --------------------------------------------------------------------------- findings, gap, floor (issue 12)
+
+
+def test_comparison_verdict_follows_both_intervals():
+    better = st.compare(np.array([0.9, 1.0, 0.95, 1.0]), np.array([0.1, 0.2, 0.0, 0.1]), resamples=300)
+    worse = st.compare(np.array([0.1, 0.2, 0.0, 0.1]), np.array([0.9, 1.0, 0.95, 1.0]), resamples=300)
+    same = st.compare(np.array([0.5, 0.6, 0.4, 0.5]), np.array([0.6, 0.4, 0.5, 0.5]), resamples=300)
+    tied = st.compare(np.zeros(3), np.zeros(3), resamples=300)
+    assert (better.verdict, worse.verdict, same.verdict, tied.verdict) == ("better", "worse", "unclear", "unclear")
+    assert better.difference.estimate == pytest.approx(0.8625) and better.p_improve.estimate == 1.0
+    assert (tied.difference.low, tied.difference.high, tied.p_improve.estimate) == (0.0, 0.0, 0.5)
+    assert (better.n_x, better.n_y) == (4, 4)
+
+
+@pytest.fixture()
+def findings_grid(tmp_path):
+    """rl_only (4 seeds); full clearly better; gate (3 seeds) clearly worse; kl the same as rl_only."""
+    base = [[0, 0.2, 0.5], [0, 0.1, 0.4], [0, 0.3, 0.6], [0, 0.2, 0.5]]
+    curves = {"rl_only": base, "kl": base, "full": [[0, 0.8, 1.0], [0, 0.9, 0.95], [0, 0.7, 1.0], [0, 0.8, 0.9]],
+              "gate": [[0, 0.0, 0.0], [0, 0.0, 0.05], [0, 0.0, 0.0]]}
+    paths = [_exact_run(tmp_path / "runs", a, s, c) for a, cs in curves.items() for s, c in enumerate(cs)]
+    settings = AnalysisSettings(budgets=(1000, 2000), resamples=300, window_center=1000, window_half_width=250)
+    return aggregate(load_runs(paths), settings), settings
+
+
+def test_findings_wording_follows_the_statistics(findings_grid):
+    from lore.analysis.paper import comparison_pairs, comparisons, findings_summary, findings_text
+
+    tables, settings = findings_grid
+    assert comparison_pairs(tables, settings, ENV) == [
+        ("gate", "rl_only"), ("kl", "rl_only"), ("full", "rl_only"), ("full", "gate"), ("full", "kl")]
+    found = {ENV: comparisons(tables, settings, ENV)}
+    text = plain(findings_text(tables, settings, [ENV], found))
+    assert r"\texttt{full} improves on \texttt{rl\_only} in final evaluation success rate" in text
+    assert r"\texttt{gate} does worse than \texttt{rl\_only}" in text
+    assert r"No evidence of a difference between \texttt{kl} and \texttt{rl\_only}" in text
+    assert r"\texttt{full} improves on \texttt{gate}" in text and r"\texttt{full} improves on \texttt{kl}" in text
+    # n is stated, and intervals from fewer than 5 seeds are flagged
+    assert r"$n$ = 3 vs 4\textsuperscript{\dag}" in text and r"$n$ = 4 vs 4\textsuperscript{\dag}" in text
+    summary = plain(findings_summary(tables, settings, ENV, found))
+    assert r"improves for \texttt{full}" in summary and r"is worse for \texttt{gate}" in summary
+    assert r"no evidence of a difference for \texttt{kl}" in summary
+
+
+def test_train_sr_gap_and_untrained_floor_from_the_runs(tmp_path):
+    from lore.analysis.paper import chance_text, gap_text
+
+    # 4000 steps: the last quarter holds the episodes ending after 3000 (two of three succeed).
+    episodes = {"episode_steps": [500, 1500, 3200, 3600, 3900], "train_success": [0, 0, 1, 1, 0]}
+    paths = [_exact_run(tmp_path, "full", s, [0.2, 0.1, 0.1, 0.0, 0.1], **episodes) for s in range(2)]
+    tables = aggregate(load_runs(paths), SETTINGS)
+    row = tables.runs.iloc[0]
+    assert row["initial_sr"] == pytest.approx(0.2)
+    assert row["train_sr_final"] == pytest.approx(2 / 3)
+    assert row["train_eval_gap"] == pytest.approx(2 / 3 - 0.1)
+    gap = plain(gap_text(tables, ENV))
+    assert r"\texttt{full} succeeds more often in training, with the prior, than in evaluation without it" in gap
+    assert "gap +0.57 [+0.57, +0.57]" in gap and "last 25\\%" in gap
+    assert "the gap is largest for \\texttt{full}" in gap
+    assert "succeeds in 0.20 [0.20, 0.20] of evaluation episodes ($n$ = 2 runs)" in plain(chance_text(tables, SETTINGS, [ENV]))
+
+
+def test_sr_table_and_iqm_figure_show_the_last_budget_once_when_it_is_the_end(known_grid):
+    from lore.analysis.figures import iqm_panels, success_panels
+    from lore.analysis.latex import budgets_shown, sr_table
+
+    paths, _ = known_grid  # runs end at 4000
+    ends_at_budget = AnalysisSettings(budgets=(2000, 4000), resamples=200)
+    tables = aggregate(load_runs(paths), ends_at_budget)
+    assert budgets_shown(tables, ends_at_budget, ENV) == ([2000, 4000], False)
+    assert iqm_panels(tables, ends_at_budget) == [(ENV, "sr@2000"), (ENV, "sr@4000")]
+    table = sr_table(tables, ends_at_budget)
+    assert "SR @ 4k (final)" in table and "Final SR" not in table and "Untrained" in table
+    assert r"$n$ = \lorenum{4} seeds per ablation" in table and r"4\textsuperscript{\dag}" in table
+    earlier = AnalysisSettings(budgets=(2000,), resamples=200)
+    tables = aggregate(load_runs(paths), earlier)
+    assert iqm_panels(tables, earlier) == [(ENV, "sr@2000"), (ENV, "final_sr")]
+    assert "Final SR" in sr_table(tables, earlier)
+    assert success_panels(tables.eval_points) == [(ENV, "full")]  # one panel per arm against rl_only
+
+
+def test_setup_text_reports_what_ran(findings_grid):
+    from lore.analysis.paper import advisor_sentence, arms_text, goal_items, grid_sentence, setup_macros
+
+    tables, settings = findings_grid
+    assert plain(grid_sentence(tables)) == (
+        r"15 runs: 1 environment (DoorKey-5x5), 4 arms (\texttt{rl\_only}, \texttt{gate}, \texttt{kl} and "
+        r"\texttt{full}), 3--4 seeds per arm (the counts per arm are in the tables).")
+    advisor = plain(advisor_sentence(tables))
+    assert "none" not in advisor and r"(backend \texttt{scripted})" in advisor
+    arms = plain(arms_text(tables, settings, ENV))
+    assert "noisy" not in arms and "adversarial" not in arms and "temperature alignment" in arms
+    goals = " ".join(goal_items(tables, settings, ENV))
+    assert "RL alone (" in goals and "Rl alone" not in goals
+    macros = setup_macros(tables, settings, ENV)
+    assert (macros["loreUnimix"], macros["loreRetnormLow"], macros["loreRetnormHigh"]) == ("1", "5", "95")
+    assert macros["loreSeedsPerArm"] == "3--4" and macros["loreLLMBackend"] == "scripted"
+
+
+def test_temperature_sentence_says_when_alignment_never_refitted():
+    from lore.analysis.aggregate import prior_run_metrics
+    from lore.analysis.paper import temperature_sentence
+
+    run = _prior_run([0.1, 0.4, 0.5, 0.8], [0.0, 1.0, 2.0, 3.0])
+    run.metrics["temperature_refits"] = 0
+    run.metrics["temperature"] = 1.0
+    row = {"env": run.env, "ablation": "full", "seed": 0, "cfg_prior_align_temperature": True,
+           **prior_run_metrics(run)}
+    empty = pd.DataFrame()
+    tables = Tables(runs=pd.DataFrame([row]), eval_points=empty, stats=empty, improvement=empty, achievements=empty)
+    text = plain(temperature_sentence(tables, ENV))
+    assert r"\texttt{full}: enabled but never refitted in any run, so it did not act ($T$ between 1.00 and 1.00" in text
+
+
+def test_signed_differences_print_a_minus_sign():
+    from lore.analysis.latex import fmt_signed
+
+    assert (fmt_signed(0.5), fmt_signed(-0.25), fmt_signed(-0.001)) == ("+0.50", "$-$0.25", "0.00")

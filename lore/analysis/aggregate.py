@@ -32,7 +32,12 @@ ALL_ENVS = "all"
 
 
 def run_metrics(run: Run, settings: AnalysisSettings) -> dict[str, float]:
-    """The per-run numbers every table is built from."""
+    """The per-run numbers every table is built from.
+
+    Besides the eval curve summaries: ``initial_sr`` (the eval at step 0: the untrained policy, the floor),
+    ``train_sr_final`` (success of the training episodes ending in the last :data:`TRAIN_TAIL_FRACTION` of
+    the run; they act with the prior where the arm has one) and ``train_eval_gap`` (that minus ``final_sr``).
+    """
     ev = run.eval.dropna(subset=["env_step", "success_rate"])
     out: dict[str, float] = {"last_step": math.nan, "final_sr": math.nan, "auc": math.nan}
     if len(ev):
@@ -52,14 +57,21 @@ def run_metrics(run: Run, settings: AnalysisSettings) -> dict[str, float]:
         if ach:
             rates = ev[ach].iloc[-1].to_numpy(float)
             out["crafter_score"] = st.crafter_score(rates) if np.all(np.isfinite(rates)) else math.nan
+        if steps[0] == 0:
+            out["initial_sr"] = float(sr[0])  # the untrained policy: the floor (chance level)
     episodes = run.episodes
     if len(episodes) and {"env_step", "success"} <= set(episodes.columns):
-        success = episodes["success"].astype(float).to_numpy()
-        if run.achievement_columns:
-            success = (success > 0).astype(float)  # Crafter logs an achievement fraction
+        raw = episodes["success"].astype(float).to_numpy()
+        success = (raw > 0).astype(float) if run.achievement_columns else raw  # Crafter logs a fraction
+        ends = episodes["env_step"].to_numpy(float)
         out["train_sr_window"] = st.cumulative_success_window(
-            episodes["env_step"].to_numpy(float), success, settings.window_center, settings.window_half_width
+            ends, success, settings.window_center, settings.window_half_width
         )
+        # Training episodes act with the prior (apart from control episodes); eval episodes without it.
+        tail = st.training_success_tail(ends, raw, TRAIN_TAIL_FRACTION, last=out["last_step"])
+        out["train_sr_final"] = tail
+        if not math.isnan(tail) and not math.isnan(out["final_sr"]):
+            out["train_eval_gap"] = tail - out["final_sr"]
     out.update(llm_call_counts(run))
     out.update(prior_run_metrics(run))
     if run.done and "wall_s" in run.done:
@@ -67,8 +79,11 @@ def run_metrics(run: Run, settings: AnalysisSettings) -> dict[str, float]:
     return out
 
 
+TRAIN_TAIL_FRACTION = 0.25
+"""``train_sr_final``: success rate of the training episodes ending in this last share of a run's steps."""
+
 PRIOR_LAST = ("trust_llm", "trust_plan", "temperature_refits", "temperature_refits_at_bound")
-PRIOR_MEAN = ("beta_mean", "prior_mask_frac", "kl_mix_wm", "beta_disagree", "beta_agree", "u_entropy_frac_disagree",
+PRIOR_MEAN = ("beta_mean", "prior_mask_frac", "kl_mix_wm", "kl_mix_wm_train", "beta_disagree", "beta_agree", "u_entropy_frac_disagree",
               "u_entropy_frac_agree", "u_value_ratio_disagree", "u_value_ratio_agree",
               "u_disagreement_ratio_disagree", "u_disagreement_ratio_agree")
 
@@ -118,7 +133,10 @@ CONFIG_COLUMNS = ("train.steps", "train.train_ratio", "model.preset", "eval.ever
                   "llm.backend", "advisor.mode", "env.obs", "env.num_envs", "device",
                   "prior.kl_bound", "prior.kl_delta", "prior.lambda_max", "prior.control_episodes",
                   "prior.trust_gain", "prior.temperature_min", "prior.temperature_max", "prior.gate_full_at",
-                  "llm.controller.cooldown", "llm.controller.cooldown_after_success")
+                  "llm.controller.cooldown", "llm.controller.cooldown_after_success",
+                  "prior.enabled", "prior.gate", "prior.kl_mode", "prior.trust", "prior.align_temperature",
+                  "prior.temperature_refit_every", "prior.temperature_min_labels", "prior.dropout",
+                  "advisor.accuracy", "dreamer.unimix", "dreamer.retnorm_low", "dreamer.retnorm_high")
 """Resolved-config fields copied into the run table (as ``cfg_<section>_<field>``) for the paper's setup text."""
 
 

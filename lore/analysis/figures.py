@@ -1,12 +1,17 @@
 """Figures from raw run files (PNG and PDF), never hand-edited.
 
-- ``fig1_success``: eval success rate vs env steps, mean over seeds with a 95% bootstrap band,
-  one panel per environment (the paper's Figure 1).
-- ``prior_dynamics``: beta (the mixing weight) and LLM-call density over time for ``full``.
-- ``kl_traces``: KL(pi_mix || pi_wm), the Lagrange multiplier lambda, policy entropies, temperature T.
-- ``iqm_intervals``: IQM of eval success rate with CIs per ablation at each budget.
+- ``fig1_success``: eval success rate vs env steps, mean over seeds with a 95% bootstrap band, one
+  small panel per arm against the baseline, with the untrained policy's success as the floor.
+- ``prior_dynamics``: beta (the mixing weight), advice trust and LLM-call density over time.
+- ``kl_traces``: KL(pi_mix || pi_wm), the Lagrange multiplier lambda, policy entropy, temperature T
+  (a 2 x 2 block per environment, each panel only with the arms the quantity applies to).
+- ``iqm_intervals``: IQM of eval success rate with CIs per ablation at each budget (one panel for the
+  last budget when it is the end of training).
 - ``p_improvement``: probability of improvement over the baseline with CIs.
 - ``crafter_achievements``: per-achievement success rates (Crafter runs only).
+
+Every figure is drawn at the paper's text width (:data:`TEXT_WIDTH_IN`) with text of at least
+:data:`MIN_FONT_PT` points, so it prints legibly at the size LaTeX includes it.
 """
 
 from __future__ import annotations
@@ -19,13 +24,22 @@ import numpy as np
 import pandas as pd
 
 from lore.analysis.aggregate import ALL_ENVS, AnalysisSettings, Tables, budget_metric
-from lore.analysis.latex import env_label, ordered_ablations
+from lore.analysis.latex import IQM_TRIMS_FROM, budgets_shown, env_label, env_names, ordered_ablations
 from lore.analysis.runs import Run, tidy
 
 FIGURES = ("fig1_success", "prior_dynamics", "kl_traces", "iqm_intervals", "p_improvement", "crafter_achievements")
 FORMATS = ("png", "pdf")
 FOCUS_ABLATIONS = ("full", "full_noisy", "full_adversarial")
 """Ablations shown in the prior-dynamics figure (the full method and its advisor-quality arms)."""
+TEXT_WIDTH_IN = 6.3
+"""Figure width in inches: the paper's text width (6.5 in) less a margin for the tight bounding box."""
+MIN_FONT_PT = 7.0
+"""The smallest text size the paper may print a figure's text at (after LaTeX scales the figure)."""
+SMALLEST_FONT_PT = 7.5
+"""The smallest text size drawn (ticks, legends): LaTeX may shrink a figure to MIN_FONT_PT / SMALLEST_FONT_PT."""
+CALL_DENSITY_STEPS = 1000
+"""LLM-call density is counted per this many environment steps."""
+BASELINE = "rl_only"
 
 
 def _pyplot():
@@ -36,9 +50,13 @@ def _pyplot():
     import matplotlib.pyplot as plt
     import seaborn as sns
 
-    sns.set_theme(context="paper", style="whitegrid", font_scale=1.1)
+    sns.set_theme(context="paper", style="whitegrid")
     plt.rcParams.update({"figure.dpi": 150, "savefig.bbox": "tight", "axes.titleweight": "bold",
-                         "legend.frameon": False, "pdf.fonttype": 42})
+                         "legend.frameon": False, "pdf.fonttype": 42,
+                         "font.size": 8.0, "axes.labelsize": 8.0, "axes.titlesize": 8.0,
+                         "xtick.labelsize": SMALLEST_FONT_PT, "ytick.labelsize": SMALLEST_FONT_PT,
+                         "legend.fontsize": SMALLEST_FONT_PT,
+                         "figure.titlesize": 8.5})
     return plt
 
 
@@ -53,16 +71,17 @@ def palette(ablations: Sequence[str]) -> dict[str, tuple]:
     out = {}
     for name in ablations:
         idx = names.index(name) if name in names else len(names) + sorted(ablations).index(name)
-        out[name] = (0.2, 0.2, 0.2) if name == "rl_only" else colors[idx % 10]
+        out[name] = (0.2, 0.2, 0.2) if name == BASELINE else colors[idx % 10]
     return out
 
 
 def _steps_axis(ax, label: str = "Environment steps") -> None:
-    from matplotlib.ticker import FuncFormatter
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
 
     from lore.analysis.latex import fmt_steps
 
     ax.set_xlabel(label)
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=4))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: fmt_steps(x) if x else "0"))
 
 
@@ -117,7 +136,7 @@ def _save(fig, out_dir: Path, name: str) -> list[Path]:
 
 
 def _no_data(ax, text: str) -> None:
-    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=10, color="0.4", wrap=True)
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=8, color="0.4", wrap=True)
     ax.set_xticks([])
     ax.set_yticks([])
 
@@ -126,41 +145,104 @@ def _legend_below(fig, axes, ncol: int | None = None) -> None:
     handles, labels = {}, {}
     for ax in np.ravel(axes):
         for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
-            if lab not in labels:
+            if lab not in labels and not lab.startswith("_"):
                 labels[lab] = lab
                 handles[lab] = h
+    ncol = ncol or min(len(handles), 4) or 1
+    rows = -(-len(handles) // ncol) if handles else 0
+    height = fig.get_size_inches()[1]
     if handles:
-        fig.legend(list(handles.values()), list(labels.values()), loc="lower center",
-                   ncol=ncol or min(len(handles), 5), bbox_to_anchor=(0.5, -0.02))
-        fig.tight_layout(rect=(0, 0.06 + 0.035 * ((len(handles) - 1) // (ncol or 5)), 1, 1))
+        fig.legend(list(handles.values()), list(labels.values()), loc="lower center", ncol=ncol,
+                   bbox_to_anchor=(0.5, 0.0))
+    fig.tight_layout(rect=(0, min(0.4, (0.12 + 0.16 * rows) / height) if rows else 0, 1, 1))
+
+
+def run_counts(frame: pd.DataFrame) -> dict[tuple[str, str], int]:
+    """{(env, ablation): number of runs} of a tidy table."""
+    if not len(frame) or "seed" not in frame:
+        return {}
+    return {k: int(v) for k, v in frame.groupby(["env", "ablation"])["seed"].nunique().items()}
+
+
+def untrained_level(eval_points: pd.DataFrame, env: str) -> float:
+    """Mean eval SR at step 0 over every run of ``env`` (the untrained policy; NaN without one)."""
+    if not len(eval_points):
+        return float("nan")
+    rows = eval_points[(eval_points["env"] == env) & (eval_points["env_step"] == 0)]
+    values = rows["success_rate"].dropna().to_numpy(float) if "success_rate" in rows else np.array([])
+    return float(values.mean()) if values.size else float("nan")
 
 
 # --------------------------------------------------------------------------- figure 1
 
 
-def plot_success_curves(eval_points: pd.DataFrame, settings: AnalysisSettings, out_dir: Path) -> list[Path]:
-    plt = _pyplot()
+def _curve(ax, data: pd.DataFrame, column: str, color, settings: AnalysisSettings, label: str | None,
+           lw: float = 1.4, ls: str = "-", band: bool = True) -> None:
+    grid, matrix = curves_on_grid(data, column)
+    if not grid.size:
+        return
+    mean, low, high = bootstrap_band(matrix, settings.confidence, seed=settings.seed)
+    ax.plot(grid, mean, color=color, lw=lw, ls=ls, label=label)
+    if band and matrix.shape[0] > 1:
+        ax.fill_between(grid, low, high, color=color, alpha=0.15, lw=0)
+
+
+def success_panels(eval_points: pd.DataFrame, baseline: str = BASELINE) -> list[tuple[str, str]]:
+    """(env, arm) per panel of the learning-curve figure: every arm but the baseline, each drawn
+    against it (the baseline alone when it is the only arm)."""
+    panels = []
     envs = sorted(eval_points["env"].unique()) if len(eval_points) else []
-    fig, axes = plt.subplots(1, max(1, len(envs)), figsize=(5.2 * max(1, len(envs)), 3.8), squeeze=False)
+    for env in envs:
+        arms = ordered_ablations(eval_points.loc[eval_points["env"] == env, "ablation"])
+        others = [a for a in arms if a != baseline] or arms
+        panels += [(env, a) for a in others]
+    return panels
+
+
+def plot_success_curves(eval_points: pd.DataFrame, settings: AnalysisSettings, out_dir: Path) -> list[Path]:
+    """One small panel per arm against the baseline (per environment), so bands never pile up."""
+    plt = _pyplot()
+    base = settings.baseline
+    panels = success_panels(eval_points, base)
+    envs = list(dict.fromkeys(env for env, _ in panels))
+    ncol = max(1, min(3, max([sum(e == env for e, _ in panels) for env in envs] or [1])))
+    layout = []  # (row, col, env, arm)
+    row = 0
+    for env in envs:
+        arms = [a for e, a in panels if e == env]
+        for i, arm in enumerate(arms):
+            layout.append((row + i // ncol, i % ncol, env, arm))
+        row += -(-len(arms) // ncol)
+    nrow = max(1, row)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(TEXT_WIDTH_IN, 1.55 * nrow + 0.5), squeeze=False,
+                             sharey=True)
     colors = palette(eval_points["ablation"].unique() if len(eval_points) else [])
-    for ax, env in zip(axes[0], envs, strict=False):
+    counts = run_counts(eval_points)
+    base_ns = {env: counts[(env, base)] for env in envs if (env, base) in counts}
+    base_label = (f"{base} (n={next(iter(base_ns.values()))})" if len(set(base_ns.values())) == 1 else
+                  f"{base} (n=" + ", ".join(f"{n} on {env_label(e)}" for e, n in base_ns.items()) + ")")
+    used = set()
+    for r, c, env, arm in layout:
+        ax = axes[r, c]
+        used.add((r, c))
         data = eval_points[eval_points["env"] == env]
-        for ablation in ordered_ablations(data["ablation"]):
-            grid, matrix = curves_on_grid(data[data["ablation"] == ablation], "success_rate")
-            mean, low, high = bootstrap_band(matrix, settings.confidence, seed=settings.seed)
-            n = matrix.shape[0]
-            ax.plot(grid, mean, color=colors[ablation], lw=2.2 if ablation in ("full", "rl_only") else 1.4,
-                    label=ablation)
-            if n > 1:
-                ax.fill_between(grid, low, high, color=colors[ablation], alpha=0.15, lw=0)
-        ax.set_title(env_label(env))
+        if arm != base and (data["ablation"] == base).any():
+            _curve(ax, data[data["ablation"] == base], "success_rate", colors[base], settings, base_label, lw=1.2)
+        _curve(ax, data[data["ablation"] == arm], "success_rate", colors[arm], settings, f"_{arm}", lw=1.6)
+        floor = untrained_level(eval_points, env)
+        if np.isfinite(floor):
+            ax.axhline(floor, color="0.45", lw=0.8, ls=":", label="untrained policy (step 0)")
+        ax.set_title(f"{arm} (n={counts.get((env, arm), 0)})", color=colors[arm], fontsize=8)
         ax.set_ylim(-0.02, 1.02)
-        ax.set_ylabel("Eval achievements unlocked (fraction)" if env.lower().startswith("crafter")
-                      else "Eval success rate")
-        _steps_axis(ax)
-    if not envs:
-        _no_data(axes[0, 0], "no evaluation points")
-    _legend_below(fig, axes)
+        if c == 0:
+            what = "achievements (frac.)" if env.lower().startswith("crafter") else "eval SR"
+            ax.set_ylabel(f"{env_label(env)}\n{what}")
+        _steps_axis(ax, "Env steps")
+    for r in range(nrow):
+        for c in range(ncol):
+            if (r, c) not in used:
+                axes[r, c].set_visible(False) if layout else _no_data(axes[r, c], "no evaluation points")
+    _legend_below(fig, axes, ncol=2)
     return _save(fig, out_dir, "fig1_success")
 
 
@@ -173,7 +255,7 @@ def _focus(candidates: Sequence[str]) -> list[str]:
 
 
 def call_density(calls: pd.DataFrame, last_step: float, bin_steps: float) -> tuple[np.ndarray, np.ndarray]:
-    """API calls (cache misses) per 1k env steps in bins of ``bin_steps`` -> (bin centres, density)."""
+    """API calls (cache misses) per CALL_DENSITY_STEPS env steps in bins of ``bin_steps`` -> (bin centres, density)."""
     edges = np.arange(0.0, last_step + bin_steps, bin_steps)
     if edges.size < 2:
         edges = np.array([0.0, max(last_step, 1.0)])
@@ -181,25 +263,28 @@ def call_density(calls: pd.DataFrame, last_step: float, bin_steps: float) -> tup
     if len(calls) and "cache_hit" in calls:
         steps = steps[~calls["cache_hit"].fillna(False).astype(bool).to_numpy()]
     counts, _ = np.histogram(steps, bins=edges)
-    return (edges[:-1] + edges[1:]) / 2, counts / np.diff(edges) * 1000.0
+    return (edges[:-1] + edges[1:]) / 2, counts / np.diff(edges) * float(CALL_DENSITY_STEPS)
 
 
 PRIOR_DYNAMICS_ROWS = (
-    ("beta_mean", r"mixing weight $\beta$ (mean)"),
-    ("trust_llm", "advice trust (LLM answers)"),
+    ("beta_mean", r"mixing weight $\beta$"),
+    ("trust_llm", "advice trust (LLM)"),
 )
 
 
 def plot_prior_dynamics(runs: list[Run], settings: AnalysisSettings, out_dir: Path) -> list[Path]:
+    from lore.analysis.latex import fmt_steps
+
     plt = _pyplot()
     metrics = tidy(runs, "metrics")
     envs = sorted({r.env for r in runs})
     rows = len(PRIOR_DYNAMICS_ROWS) + 1
-    fig, axes = plt.subplots(rows, max(1, len(envs)), figsize=(5.2 * max(1, len(envs)), 2.6 * rows), squeeze=False,
-                             sharex="col")
+    ncol = max(1, len(envs))
+    fig, axes = plt.subplots(rows, ncol, figsize=(TEXT_WIDTH_IN, 1.45 * rows + 0.6), squeeze=False, sharex="col")
     with_beta = set(metrics.loc[metrics["beta_mean"].notna(), "ablation"]) if "beta_mean" in metrics else set()
     with_calls = {r.ablation for r in runs if len(r.llm_calls)}
     colors = palette(sorted({r.ablation for r in runs}))
+    counts = {(r.env, r.ablation): sum(1 for x in runs if (x.env, x.ablation) == (r.env, r.ablation)) for r in runs}
     for col, env in enumerate(envs):
         ax_calls = axes[-1, col]
         env_runs = [r for r in runs if r.env == env]
@@ -212,31 +297,32 @@ def plot_prior_dynamics(runs: list[Run], settings: AnalysisSettings, out_dir: Pa
         last = max(float(r.eval["env_step"].max()) for r in env_runs if len(r.eval))
         bin_steps = max(last / 20.0, 1.0)
         for ablation in _focus(candidates):
+            label = ablation
             data = metrics[(metrics["env"] == env) & (metrics["ablation"] == ablation)]
             for row, (column, _) in enumerate(PRIOR_DYNAMICS_ROWS):
                 # trust is drawn only for arms that use it (others log a constant 0.5)
                 uses = column != "trust_llm" or ablation_uses_trust(data)
                 if uses and column in data and data[column].notna().any():
-                    grid, matrix = curves_on_grid(data, column)
-                    mean, low, high = bootstrap_band(matrix, settings.confidence, seed=settings.seed)
-                    axes[row, col].plot(grid, mean, color=colors[ablation], label=ablation)
-                    axes[row, col].fill_between(grid, low, high, color=colors[ablation], alpha=0.15, lw=0)
+                    _curve(axes[row, col], data, column, colors[ablation], settings, label)
             densities = []
             for run in (r for r in env_runs if r.ablation == ablation):
                 centres, density = call_density(run.llm_calls, last, bin_steps)
                 densities.append(density)
             if densities:
                 mean, low, high = bootstrap_band(np.asarray(densities), settings.confidence, seed=settings.seed)
-                ax_calls.plot(centres, mean, color=colors[ablation], label=ablation, drawstyle="steps-mid")
+                ax_calls.plot(centres, mean, color=colors[ablation], label=label, drawstyle="steps-mid")
                 ax_calls.fill_between(centres, low, high, color=colors[ablation], alpha=0.15, lw=0, step="mid")
-        axes[0, col].set_title(env_label(env))
+        focus_counts = {k: v for k, v in counts.items() if k[1] in _focus(candidates)}
+        axes[0, col].set_title(f"{env_label(env)} ({seeds_text(focus_counts, env)})")
         for row, (_, label) in enumerate(PRIOR_DYNAMICS_ROWS):
-            axes[row, col].set_ylabel(label)
+            if col == 0:
+                axes[row, col].set_ylabel(label)
         axes[1, col].axhline(0.5, color="0.6", lw=0.8, ls=":")  # uninformed trust
         axes[1, col].set_ylim(-0.02, 1.02)
-        ax_calls.set_ylabel("LLM API calls / 1k steps")
+        if col == 0:
+            ax_calls.set_ylabel(f"API calls / {fmt_steps(CALL_DENSITY_STEPS)} steps")
         _steps_axis(ax_calls)
-    _legend_below(fig, axes)
+    _legend_below(fig, axes, ncol=3)
     return _save(fig, out_dir, "prior_dynamics")
 
 
@@ -250,100 +336,153 @@ def ablation_uses_trust(metrics: pd.DataFrame) -> bool:
 
 # --------------------------------------------------------------------------- KL, lambda, entropy, T
 
+
+def _prior_cfg(run: Run) -> dict:
+    prior = run.config.get("prior", {}) if isinstance(run.config, dict) else {}
+    return prior if isinstance(prior, dict) else {}
+
+
+def _lagrangian(run: Run) -> bool:
+    prior = _prior_cfg(run)
+    return bool(prior.get("enabled")) and prior.get("kl_mode") == "lagrangian"
+
+
 TRACE_PANELS = (
-    ("kl_mix_wm", r"act-time KL($\pi_{mix}\,\|\,\pi_{wm}$) (nats)"),
-    ("lambda_kl", r"Lagrange multiplier $\lambda$"),
-    ("entropy_mix", "policy entropy (nats)"),
-    ("temperature", "prior temperature $T$"),
+    ("kl_mix_wm", r"act-time KL($\pi_{mix}\|\pi_{wm}$) (nats)",
+     lambda run: bool(_prior_cfg(run).get("enabled"))),
+    ("lambda_kl", r"multiplier $\lambda$", _lagrangian),
+    ("entropy_wm", r"entropy of $\pi_{wm}$ (nats)", lambda run: True),
+    ("temperature", "prior temperature $T$",
+     lambda run: bool(_prior_cfg(run).get("enabled")) and bool(_prior_cfg(run).get("align_temperature"))),
 )
+"""(metrics column, axis label, which runs the panel shows): lambda only where KL control runs, T only
+where temperature alignment runs, so no panel carries flat lines of arms the quantity does not apply to."""
 
 
 def kl_bounds(runs: list[Run]) -> list[float]:
     """The act-time KL bounds of the runs that use KL control (``kl_mode: lagrangian``)."""
-    bounds = set()
-    for run in runs:
-        prior = run.config.get("prior", {}) if isinstance(run.config, dict) else {}
-        if prior.get("enabled") and prior.get("kl_mode") == "lagrangian" and "kl_bound" in prior:
-            bounds.add(float(prior["kl_bound"]))
-    return sorted(bounds)
+    return sorted({float(_prior_cfg(r)["kl_bound"]) for r in runs if _lagrangian(r) and "kl_bound" in _prior_cfg(r)})
+
+
+def kl_deltas(runs: list[Run]) -> list[float]:
+    """The distillation targets delta of the runs that use KL control."""
+    return sorted({float(_prior_cfg(r)["kl_delta"]) for r in runs if _lagrangian(r) and "kl_delta" in _prior_cfg(r)})
 
 
 def plot_kl_traces(runs: list[Run], settings: AnalysisSettings, out_dir: Path) -> list[Path]:
+    """A 2 x 2 block per environment: act-time KL (with the bound and delta), lambda, entropy of pi_wm, T."""
     plt = _pyplot()
     metrics = tidy(runs, "metrics")
-    envs = sorted({r.env for r in runs})
-    fig, axes = plt.subplots(max(1, len(envs)), len(TRACE_PANELS),
-                             figsize=(3.6 * len(TRACE_PANELS), 3.0 * max(1, len(envs))), squeeze=False)
+    envs = sorted({r.env for r in runs}) or [""]
+    fig, axes = plt.subplots(2 * len(envs), 2, figsize=(TEXT_WIDTH_IN, 3.3 * len(envs) + 0.6), squeeze=False)
     colors = palette(sorted({r.ablation for r in runs}))
-    for row, env in enumerate(envs):
-        data_env = metrics[metrics["env"] == env]
-        for col, (column, label) in enumerate(TRACE_PANELS):
-            ax = axes[row, col]
-            present = (data_env.loc[data_env[column].notna(), "ablation"].unique()
-                       if column in data_env else [])
-            if not len(present):
-                _no_data(ax, f"{column} not logged")
-            for ablation in ordered_ablations(present):
+    counts = run_counts(metrics)
+    for block, env in enumerate(envs):
+        data_env = metrics[metrics["env"] == env] if len(metrics) else metrics
+        env_runs = [r for r in runs if r.env == env]
+        for i, (column, label, applies) in enumerate(TRACE_PANELS):
+            ax = axes[2 * block + i // 2, i % 2]
+            arms = ordered_ablations({r.ablation for r in env_runs if applies(r)})
+            present = [a for a in arms if column in data_env
+                       and data_env.loc[data_env["ablation"] == a, column].notna().any()]
+            if not present:
+                _no_data(ax, "no arm of this grid logs it")
+            for ablation in present:
                 data = data_env[data_env["ablation"] == ablation]
-                grid, matrix = curves_on_grid(data, column)
-                mean, low, high = bootstrap_band(matrix, settings.confidence, seed=settings.seed)
-                ax.plot(grid, mean, color=colors[ablation], label=ablation)
-                ax.fill_between(grid, low, high, color=colors[ablation], alpha=0.12, lw=0)
-                if column == "entropy_mix" and "entropy_wm" in data and data["entropy_wm"].notna().any():
-                    grid, matrix = curves_on_grid(data, "entropy_wm")
-                    ax.plot(grid, np.nanmean(matrix, axis=0), color=colors[ablation], ls="--", lw=1)
-            if column == "kl_mix_wm":
-                for bound in kl_bounds([r for r in runs if r.env == env]):
-                    ax.axhline(bound, color="0.3", lw=0.8, ls=":")  # the act-time trust region
+                _curve(ax, data, column, colors[ablation], settings, ablation, lw=1.2)
+            if column == "kl_mix_wm" and present:
+                for bound in kl_bounds(env_runs):
+                    ax.axhline(bound, color="0.25", lw=0.9, ls=":", label="trust-region bound")
+                for delta in kl_deltas(env_runs):
+                    ax.axhline(delta, color="0.25", lw=0.9, ls="-.", label=r"distillation target $\delta$")
             ax.set_ylabel(label)
-            # the line-style key goes in the title: inside the axes it covers the curves
-            key = r" (solid $\pi_{mix}$, dashed $\pi_{wm}$)" if column == "entropy_mix" and len(present) else ""
-            ax.set_title(env_label(env) + key, fontsize=10)
-            _steps_axis(ax)
-    _legend_below(fig, axes)
+            if i < 2 and env:
+                ax.set_title(f"{env_label(env)} ({seeds_text(counts, env)})")
+            _steps_axis(ax, "Env steps")
+    _legend_below(fig, axes, ncol=4)
     return _save(fig, out_dir, "kl_traces")
+
+
+def seeds_text(counts: dict[tuple[str, str], int], env: str) -> str:
+    """``n=5`` or ``n=3-5 per arm`` for the arms of ``env`` in :func:`run_counts`."""
+    ns = sorted({n for (e, _), n in counts.items() if e == env})
+    if not ns:
+        return "n=0"
+    return f"n={ns[0]}" if len(ns) == 1 else f"n={ns[0]}\u2013{ns[-1]} per arm"
 
 
 # --------------------------------------------------------------------------- intervals
 
 
+def iqm_panels(tables: Tables, settings: AnalysisSettings) -> list[tuple[str, str]]:
+    """(env, metric) per panel: each budget with data, and the final SR only where it differs from the
+    last budget (when every run ends at that budget the two panels would be identical)."""
+    panels = []
+    for env in env_names(tables.stats):
+        budgets, separate_final = budgets_shown(tables, settings, env)
+        panels += [(env, budget_metric(b)) for b in budgets]
+        if separate_final and ((tables.stats["env"] == env) & (tables.stats["metric"] == "final_sr")).any():
+            panels.append((env, "final_sr"))
+    return panels
+
+
 def plot_iqm_intervals(tables: Tables, settings: AnalysisSettings, out_dir: Path) -> list[Path]:
+    """One row of panels per environment (its own arms, n in the tick labels), one panel per budget."""
+    from lore.analysis.latex import fmt_steps
+
     plt = _pyplot()
     stats = tables.stats
-    envs = sorted(e for e in stats["env"].unique() if e != ALL_ENVS) if len(stats) else []
-    panels = []
+    panels = iqm_panels(tables, settings)
+    envs = list(dict.fromkeys(env for env, _ in panels))
+    arms = {env: ordered_ablations(stats.loc[stats["env"] == env, "ablation"]) for env in envs}
+    ncol = max(1, min(3, max([sum(e == env for e, _ in panels) for env in envs] or [1])))
+    layout, heights, row = [], [], 0  # (row, col, env, metric)
     for env in envs:
-        metrics = [budget_metric(b) for b in settings.budgets_for(env)] + ["final_sr"]
-        panels += [(env, m) for m in metrics if ((stats["env"] == env) & (stats["metric"] == m)).any()]
-    ncol = max(1, min(4, len(panels)))
-    nrow = max(1, -(-len(panels) // ncol))
-    ablations = ordered_ablations(stats["ablation"]) if len(stats) else []
-    fig, axes = plt.subplots(nrow, ncol, figsize=(3.2 * ncol, 0.35 * len(ablations) * nrow + 1.2 * nrow),
-                             squeeze=False, sharey=True)
-    colors = palette(ablations)
-    for ax, (env, metric) in zip(axes.ravel(), panels, strict=False):
+        metrics = [m for e, m in panels if e == env]
+        rows = -(-len(metrics) // ncol)
+        layout += [(row + i // ncol, i % ncol, env, m) for i, m in enumerate(metrics)]
+        heights += [0.2 * len(arms[env]) + 0.75] * rows
+        row += rows
+    nrow = max(1, row)
+    heights = heights or [1.5]
+    fig, axes = plt.subplots(nrow, ncol, figsize=(TEXT_WIDTH_IN, sum(heights) + 0.2), squeeze=False,
+                             gridspec_kw={"height_ratios": heights})
+    colors = palette(ordered_ablations(stats["ablation"]) if len(stats) else [])
+    few_runs = any(int(n) < IQM_TRIMS_FROM for n in stats["n"]) if len(stats) else False
+    label = f"IQM eval SR (mean if n < {IQM_TRIMS_FROM})" if few_runs else "IQM eval SR"
+    used = set()
+    for r, c, env, metric in layout:
+        ax = axes[r, c]
+        used.add((r, c))
         rows = stats[(stats["env"] == env) & (stats["metric"] == metric)].set_index("ablation")
-        for y, ablation in enumerate(ablations):
+        for y, ablation in enumerate(arms[env]):
             if ablation not in rows.index:
                 continue
-            r = rows.loc[ablation]
-            ax.plot([r["iqm_low"], r["iqm_high"]], [y, y], color=colors[ablation], lw=6, alpha=0.5,
+            s_ = rows.loc[ablation]
+            ax.plot([s_["iqm_low"], s_["iqm_high"]], [y, y], color=colors[ablation], lw=5, alpha=0.5,
                     solid_capstyle="butt")
-            ax.plot([r["iqm"]], [y], marker="|", color="k", ms=12, mew=2)
-        from lore.analysis.latex import fmt_steps
-
+            ax.plot([s_["iqm"]], [y], marker="|", color="k", ms=9, mew=1.8)
+        floor = untrained_level(tables.eval_points, env)
+        if np.isfinite(floor):
+            ax.axvline(floor, color="0.45", lw=0.8, ls=":")
+        last = [p for p in panels if p[0] == env][-1]  # the end of training when final is not separate
         when = "final" if metric == "final_sr" else f"at {fmt_steps(int(metric.split('@')[1]))} steps"
-        ax.set_title(f"{env_label(env)}, {when}", fontsize=10)
+        if metric != "final_sr" and (env, metric) == last:
+            when += " (final)"
+        ax.set_title(f"{env_label(env)}, {when}" if c == 0 else when)
         ax.set_xlim(-0.03, 1.03)
-        ax.set_xlabel("IQM eval success rate")
-        ax.set_yticks(range(len(ablations)))
-        ax.set_yticklabels(ablations)
-    axes.ravel()[0].invert_yaxis()  # shared y: first ablation on top in every panel
-    for ax in axes.ravel()[len(panels):]:
-        if panels:
-            ax.set_visible(False)
+        ax.set_ylim(len(arms[env]) - 0.5, -0.5)  # first ablation on top
+        ax.set_yticks(range(len(arms[env])))
+        if c == 0:
+            n_of = stats[stats["env"] == env].groupby("ablation")["n_runs"].max()
+            ax.set_yticklabels([f"{a} (n={int(n_of[a])})" for a in arms[env]])
         else:
-            _no_data(ax, "no statistics")
+            ax.set_yticklabels([])
+        ax.set_xlabel(label)
+    for r in range(nrow):
+        for c in range(ncol):
+            if (r, c) not in used:
+                axes[r, c].set_visible(False) if layout else _no_data(axes[r, c], "no statistics")
     fig.tight_layout()
     return _save(fig, out_dir, "iqm_intervals")
 
@@ -354,9 +493,10 @@ def plot_p_improvement(tables: Tables, settings: AnalysisSettings, out_dir: Path
     envs = list(dict.fromkeys(sorted(e for e in imp["env"].unique() if e != ALL_ENVS) +
                               ([ALL_ENVS] if (imp["env"] == ALL_ENVS).any() else []))) if len(imp) else []
     n_rows = max([imp.loc[imp["env"] == e, "ablation"].nunique() for e in envs] or [1])
-    fig, axes = plt.subplots(1, max(1, len(envs)), figsize=(4.6 * max(1, len(envs)), 0.45 * n_rows + 1.6),
-                             squeeze=False)
-    for ax, env in zip(axes[0], envs, strict=False):
+    ncol = max(1, min(3, len(envs)))
+    nrow = max(1, -(-len(envs) // ncol))
+    fig, axes = plt.subplots(nrow, ncol, figsize=(TEXT_WIDTH_IN, (0.32 * n_rows + 1.0) * nrow), squeeze=False)
+    for ax, env in zip(axes.ravel(), envs, strict=False):
         data = imp[(imp["env"] == env) & imp["metric"].isin(["final_sr", "auc"])]
         ablations = ordered_ablations(data["ablation"])
         for offset, metric, color in ((-0.15, "final_sr", "tab:blue"), (0.15, "auc", "tab:orange")):
@@ -364,16 +504,20 @@ def plot_p_improvement(tables: Tables, settings: AnalysisSettings, out_dir: Path
             for y, ablation in enumerate(ablations):
                 if ablation in rows.index:
                     r = rows.loc[ablation]
-                    ax.plot([r["low"], r["high"]], [y + offset] * 2, color=color, lw=5, alpha=0.45,
+                    ax.plot([r["low"], r["high"]], [y + offset] * 2, color=color, lw=4, alpha=0.45,
                             solid_capstyle="butt", label="final SR" if metric == "final_sr" else "AUC")
-                    ax.plot([r["p_improve"]], [y + offset], marker="|", color="k", ms=9, mew=2)
+                    ax.plot([r["p_improve"]], [y + offset], marker="|", color="k", ms=7, mew=1.6)
         ax.axvline(0.5, color="0.5", ls=":", lw=1)
         ax.set_xlim(-0.03, 1.03)
         ax.set_yticks(range(len(ablations)))
-        ax.set_yticklabels(ablations)
+        finals = data[data["metric"] == "final_sr"].set_index("ablation")
+        ax.set_yticklabels([f"{a} (n={int(finals.loc[a, 'n'])})" if a in finals.index else a for a in ablations])
         ax.set_ylim(len(ablations) - 0.5, -0.5)  # first ablation on top, room for both bars
         ax.set_xlabel(f"P(ablation > {settings.baseline})")
         ax.set_title(env_label(env))
+    for ax in axes.ravel()[len(envs):]:
+        if envs:
+            ax.set_visible(False)
     if not envs:
         _no_data(axes[0, 0], f"no baseline ({settings.baseline}) runs to compare with")
     _legend_below(fig, axes, ncol=2)
@@ -384,11 +528,11 @@ def plot_crafter_achievements(tables: Tables, settings: AnalysisSettings, out_di
     plt = _pyplot()
     ach = tables.achievements
     if ach is None or ach.empty:
-        fig, ax = plt.subplots(figsize=(5, 1.6))
+        fig, ax = plt.subplots(figsize=(TEXT_WIDTH_IN / 2, 1.2))
         _no_data(ax, "no Crafter runs in this grid")
         return _save(fig, out_dir, "crafter_achievements")
     envs = sorted(ach["env"].unique())
-    fig, axes = plt.subplots(len(envs), 1, figsize=(11, 3.8 * len(envs)), squeeze=False)
+    fig, axes = plt.subplots(len(envs), 1, figsize=(TEXT_WIDTH_IN, 2.9 * len(envs) + 0.4), squeeze=False)
     for ax, env in zip(axes[:, 0], envs, strict=True):
         data = ach[ach["env"] == env]
         order = (data.groupby("achievement")["rate"].mean().sort_values(ascending=False).index.tolist())
@@ -406,9 +550,9 @@ def plot_crafter_achievements(tables: Tables, settings: AnalysisSettings, out_di
         ax.set_ylim(0.01, 100)
         ax.set_ylabel("success rate (%)")
         ax.set_xticks(np.arange(len(order)))
-        ax.set_xticklabels([a.replace("_", " ") for a in order], rotation=55, ha="right")
+        ax.set_xticklabels([a.replace("_", " ") for a in order], rotation=60, ha="right")
         ax.set_title(f"{env_label(env)}: achievement success rates (final evaluation)")
-    _legend_below(fig, axes)
+    _legend_below(fig, axes, ncol=3)
     return _save(fig, out_dir, "crafter_achievements")
 
 

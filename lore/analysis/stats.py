@@ -143,6 +143,53 @@ def probability_of_improvement_ci(
     return Interval(estimate, float(low), float(high))
 
 
+@dataclass(frozen=True)
+class Comparison:
+    """X against Y on one per-run metric: the difference of means with its bootstrap CI and the
+    probability of improvement P(X > Y) with its CI; ``n_x``/``n_y`` runs."""
+
+    n_x: int
+    n_y: int
+    mean_x: float
+    mean_y: float
+    difference: Interval
+    p_improve: Interval
+
+    @property
+    def verdict(self) -> str:
+        """``"better"``, ``"worse"`` or ``"unclear"``: better (worse) only where both intervals
+        exclude "no difference" (a difference of 0 and P(X > Y) = 0.5) on the same side."""
+        d, p = self.difference, self.p_improve
+        if d.low > 0 and p.low > 0.5:
+            return "better"
+        if d.high < 0 and p.high < 0.5:
+            return "worse"
+        return "unclear"
+
+
+def compare(x: np.ndarray, y: np.ndarray, *, confidence: float = 0.95, resamples: int = 2000,
+            seed: int = 0) -> Comparison:
+    """Compare the per-run scores ``x`` and ``y`` of two independent groups (one environment).
+
+    Both groups are resampled independently; the difference-of-means interval is the percentile
+    bootstrap interval of mean(X*) - mean(Y*).
+    """
+    x, y = _as_strata([x])[0], _as_strata([y])[0]
+    rng = np.random.default_rng(seed)
+    xb = x[rng.integers(0, x.size, size=(resamples, x.size))]
+    yb = y[rng.integers(0, y.size, size=(resamples, y.size))]
+    alpha = (1.0 - confidence) / 2.0
+    diff = xb.mean(axis=1) - yb.mean(axis=1)
+    low, high = np.quantile(diff, [alpha, 1.0 - alpha])
+    p_boot = _poi_batched(xb, yb)
+    p_low, p_high = np.quantile(p_boot, [alpha, 1.0 - alpha])
+    return Comparison(
+        n_x=int(x.size), n_y=int(y.size), mean_x=float(x.mean()), mean_y=float(y.mean()),
+        difference=Interval(float(x.mean() - y.mean()), float(low), float(high)),
+        p_improve=Interval(probability_of_improvement(x, y), float(p_low), float(p_high)),
+    )
+
+
 # --------------------------------------------------------------------------- curve summaries
 
 
@@ -193,6 +240,25 @@ def steps_to_threshold(steps: np.ndarray, values: np.ndarray, threshold: float) 
     steps, values = _check_curve(steps, values)
     hit = np.flatnonzero(values >= threshold)
     return float(steps[hit[0]]) if hit.size else float("nan")
+
+
+def training_success_tail(episode_end_steps: np.ndarray, successes: np.ndarray, fraction: float,
+                          last: float | None = None) -> float:
+    """Mean success of the episodes that end in the last ``fraction`` of the run's steps
+    (``last``: the run's last step, default the last episode end); NaN if none ends there."""
+    steps = np.asarray(episode_end_steps, dtype=float)
+    success = np.asarray(successes, dtype=float)
+    if steps.shape != success.shape or steps.ndim != 1:
+        raise ValueError("training_success_tail: steps and successes must be equal 1-D shapes")
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"training_success_tail: fraction must be in (0, 1], got {fraction}")
+    keep = np.isfinite(steps) & np.isfinite(success)
+    steps, success = steps[keep], success[keep]
+    if not steps.size:
+        return float("nan")
+    end = float(last) if last is not None and np.isfinite(last) else float(steps.max())
+    inside = steps > end * (1.0 - fraction)
+    return float(success[inside].mean()) if inside.any() else float("nan")
 
 
 def cumulative_success_window(
