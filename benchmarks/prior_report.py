@@ -183,8 +183,8 @@ def main(argv: list[str] | None = None) -> int:
              "95% bootstrap CI over seeds; † marks fewer than 5 seeds. AUC = mean eval SR over the run. "
              "Calls = LLM API calls per run (mean, min–max).", ""]
     for env in sorted(runs_table["env"].unique()):
-        lines += [f"## {env}", "", f"| arm | n | SR @2.5k | SR @5k | SR @{int(last) // 1000}k | AUC | API calls |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += [f"## {env}", "", f"| arm | n | SR untrained (step 0) | SR @2.5k | SR @5k | SR @{int(last) // 1000}k | AUC "
+                  f"| API calls |", "|---|---|---|---|---|---|---|---|"]
         env_runs = runs_table[runs_table["env"] == env]
         for arm in sorted(env_runs["ablation"].unique(), key=lambda a: (a != "rl_only", a)):
             group = env_runs[env_runs["ablation"] == arm]
@@ -192,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
             calls_text = (f"{calls.mean():.1f} ({calls.min():.0f}–{calls.max():.0f})"
                           if len(calls) and calls.notna().any() else "0")
             cells = [fmt_ci(stat(stats, env, arm, budget_metric(int(b)))) for b in BUDGETS]
-            lines.append(f"| {arm} | {len(group)} | {' | '.join(cells)} | "
+            floor = f"{group['initial_sr'].mean():.2f}" if "initial_sr" in group else "—"
+            lines.append(f"| {arm} | {len(group)} | {floor} | {' | '.join(cells)} | "
                          f"{fmt_ci(stat(stats, env, arm, 'auc'), 3)} | {calls_text} |")
         lines += [""]
         lines += ["Targets (issue 9):", ""] + targets(stats, runs_table, env, last) + [""]

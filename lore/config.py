@@ -283,7 +283,9 @@ class DistillConfig:
 
     enabled: bool = False
     trust_kl: float = 0.3
-    min_samples: int = 64
+    min_samples: int = 16
+    """Held-out comparisons (distinct LLM answers) before PriorNet may answer. The frugal controller
+    makes ~30 calls per 10k DoorKey steps, so 64 was never reached and PriorNet never answered."""
     holdout_frac: float = 0.2
     check_every: int = 10
     """Every n-th due LLM call is still made and compared with PriorNet (held-out KL)."""
@@ -889,6 +891,36 @@ def validate_semantics(cfg: RunConfig) -> None:
                           f"layers={m.layers}, stoch={m.stoch}, classes={m.classes}, cnn_depth={m.cnn_depth}) is "
                           f"more than {MAX_PARAMETERS:.0e}, which does not fit in one GPU's memory")
     _check_env_name(env.name)
+    check_crafter_settings(cfg)
+
+
+# --------------------------------------------------------------------------- Crafter-specific settings
+# A setting that only one environment family reads is rejected where it would be silently ignored.
+# (The ranges of env.crafter_* live in LIMITS; odd view and view <= area in validate_semantics.)
+
+CRAFTER_PIXEL_VIEW = 9
+"""Crafter's pixel frame always shows its 9x9 local view; ``env.crafter_view`` sizes the symbolic map only."""
+
+
+def check_crafter_settings(cfg: RunConfig) -> None:
+    """``env.view`` is MiniGrid's; ``env.crafter_area`` / ``env.crafter_view`` are Crafter's (the view only
+    for the symbolic observation): a value the chosen environment would ignore is an error."""
+    env = cfg.env
+    defaults = EnvConfig()
+    if env.name in CRAFTER_ENV_NAMES:
+        if env.view != defaults.view:
+            raise ConfigError(f"env.view: {env.view!r} is a MiniGrid setting; Crafter ({env.name}) sees the "
+                              f"env.crafter_view x env.crafter_view map around the player (symbolic) or its own "
+                              f"9x9 frame (pixels)")
+        if env.obs == "pixels" and env.crafter_view != CRAFTER_PIXEL_VIEW:
+            raise ConfigError(f"env.crafter_view ({env.crafter_view}) sizes Crafter's symbolic map, which "
+                              f"env.obs=pixels does not use (the pixel frame is always the 9x9 view); use "
+                              f"env.obs=both or leave env.crafter_view at {CRAFTER_PIXEL_VIEW}")
+        return
+    for key in ("crafter_area", "crafter_view"):
+        if getattr(env, key) != getattr(defaults, key):
+            raise ConfigError(f"env.{key} ({getattr(env, key)}) only applies to Crafter, not to {env.name}; "
+                              f"remove it (in a workflow config, set it under env_run.crafter)")
 
 
 def save_config(cfg: RunConfig, path: str | Path) -> None:

@@ -550,8 +550,8 @@ def test_episode_comparison_moves_the_trust_of_what_the_llm_wrote():
         layer.observe_episode(0, 0.0)
         layer.control[0] = True
         layer.observe_episode(0, 0.9 + 0.05 * torch.rand(1).item())
-    assert layer.trust.value("llm") < 0.05 and layer.trust.value("plan") < 0.05
-    assert layer.trust.value("surrogate") == 0.5  # PriorNet is judged by its own values only
+    # every source that answered in advised episodes shares the episode evidence (PriorNet included)
+    assert max(layer.trust.value(name) for name in ADVICE_SOURCES) < 0.05
     assert layer.metrics()["trust_episode_t"] < -3
     resumed = PriorLayer(prior_cfg(trust=True, control_episodes=0.5), A, num_envs=1)
     resumed.load_state_dict(layer.state_dict())

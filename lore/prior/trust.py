@@ -127,8 +127,10 @@ class EpisodeComparison:
         self.stats = {k: [float(x) for x in state[k]] for k in ("advised", "control")}
 
 
-EPISODE_SOURCES = ("llm", "plan")
-"""Sources the episode comparison speaks for: what the LLM wrote (PriorNet is judged by values only)."""
+EPISODE_SOURCES = ADVICE_SOURCES
+"""Sources the episode comparison speaks for: all of them. An advised episode mixes whatever answered
+(the LLM, its plan, PriorNet in its stead), so the comparison cannot attribute between them, and PriorNet
+answers only while its held-out KL to the LLM is small, i.e. while it says what the LLM would say."""
 
 
 class AdviceTrust:
