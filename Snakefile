@@ -23,6 +23,7 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/paper.smk"
+include: "workflow/rules/slurm.smk"
 
 
 report: "workflow/report/workflow.rst"

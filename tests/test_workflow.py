@@ -9,6 +9,7 @@ import math
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -17,6 +18,9 @@ import pytest
 import yaml
 from workflow_helpers import (
     CONFIG_DIR,
+    REPO,
+    fake_sbatch_calls,
+    fake_slurm,
     have_latex,
     job_counts,
     job_env,
@@ -91,6 +95,17 @@ def test_paper_grid_covers_every_ablation_and_advisor_arm():
         ({"env_run": {"MiniGrid-DoorKey-5x5-v0": {"llm.backend": "none"}}}, "env_run.MiniGrid-DoorKey-5x5-v0.llm.backend"),
         ({"analysis": {"budgets": [0]}}, "analysis.budgets"),
         ({"llm_backend": "gemini"}, "GEMINI_API_KEY"),
+        ({"run": {"llm.cache_path": "cache.sqlite"}}, "run.llm.cache_path: set by the workflow from `llm_cache.per_run`"),
+        ({"run": {"llm.shared_cache": "cache.sqlite"}}, "run.llm.shared_cache: set by the workflow"),
+        ({"llm_cache": {"shared": "/no/such/cache.sqlite"}}, "llm_cache.shared: /no/such/cache.sqlite is not a file"),
+        ({"llm_cache": {"per_run": "yes"}}, "llm_cache.per_run: expected true or false"),
+        ({"llm_cache": {"scope": "run"}}, "llm_cache.scope: unknown key"),
+        ({"resources": {"default": {"slurm_extra": "--qos=long --constraint=a100"}}},
+         "resources.default.slurm_extra: --qos is set by the SLURM executor plugin (which rejects it here); "
+         "use resources.default.qos instead"),
+        ({"resources": {"crafter": {"slurm_extra": "-C a100"}}}, "use resources.crafter.constraint instead"),
+        ({"resources": {"default": {"slurm_extra": "--signal=USR1@60"}}}, "use resources.default.term_before_end_s"),
+        ({"resources": {"default": {"gres": "gpu:a100:1", "gpu": 1}}}, "resources.default.gres: 'gpu:a100:1' requests GPUs"),
     ],
 )
 def test_invalid_config_names_the_field(change, field):
@@ -159,6 +174,174 @@ def test_snakemake_rejects_invalid_config_before_any_job(tmp_path, change, messa
 def test_workflow_lint_is_clean(tmp_path):
     proc = run_snakemake(tmp_path, "--lint", configfile=TEST_CONFIG, timeout=120)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+
+
+# --------------------------------------------------------------------------- SLURM submission (seconds)
+
+SLURM_PROFILE = REPO / "workflow" / "profiles" / "slurm"
+
+
+def _one_run_config(tmp_path: Path, ablation: str = "full", **resources) -> tuple[Path, str]:
+    """config/test.yaml cut to one run (and extra `resources.default`); returns it and the run's `done`."""
+    config = _config()
+    config.update(ablations=[ablation], seeds=[0], paper=False)
+    config["resources"]["default"].update(resources)
+    path = tmp_path / "one.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path, f"results/runs/{config['envs'][0]}/{ablation}/seed0/done"
+
+
+def _submit_with_fake_slurm(tmp_path: Path, state: str, retries: int, **resources):
+    configfile, target = _one_run_config(tmp_path, **resources)
+    proc = run_snakemake(tmp_path / "work", "--profile", str(SLURM_PROFILE), "--retries", str(retries),
+                         "--slurm-init-seconds-before-status-checks", "1", "--latency-wait", "1", target,
+                         configfile=configfile, timeout=180, env=fake_slurm(tmp_path / "slurm", state))
+    return proc, fake_sbatch_calls(tmp_path / "slurm")
+
+
+def test_sbatch_call_carries_qos_constraint_gres_and_the_early_term_signal(tmp_path):
+    """The `resources.<env>` keys reach sbatch as the executor plugin's own options (it rejects
+    them inside slurm_extra), and every training job is requeueable and warned before its time limit."""
+    proc, calls = _submit_with_fake_slurm(tmp_path, "FAILED", retries=0, qos="long", constraint="a100|h100",
+                                          gres="tmpdisk:10G", term_before_end_s=120, slurm_extra="--nice=10")
+    output = proc.stdout + proc.stderr
+    assert len(calls) == 1, output[-3000:]
+    argv = calls[0]
+    assert "--qos=long" in argv, argv
+    assert argv[argv.index("-C") + 1] == "a100|h100", argv
+    assert "--gres=tmpdisk:10G" in argv and "--nice=10" in argv, argv
+    assert "--signal=TERM@120" in argv, argv  # lore train checkpoints 2 min before the time limit
+    assert "--requeue" in argv, argv  # the profile's slurm-requeue: preempted jobs go back to the queue
+    assert argv[argv.index("-t") + 1] == "20" and argv[argv.index("--mem") + 1] == "2000", argv
+    assert proc.returncode != 0  # the stand-in squeue reports the job FAILED
+
+
+def test_the_early_term_signal_leaves_short_jobs_time_to_train():
+    from lore.analysis.grid import env_resources, train_slurm_extra
+
+    assert env_resources({}, "x")["term_before_end_s"] == 300
+    assert train_slurm_extra({"term_before_end_s": 300}, runtime_min=60) == "--signal=TERM@300"
+    assert train_slurm_extra({"term_before_end_s": 300, "slurm_extra": "--nice=10"}, runtime_min=4) == \
+        "--nice=10 --signal=TERM@120"  # at most half the time limit
+    assert train_slurm_extra({"term_before_end_s": 0}, runtime_min=60) is None
+
+
+def test_a_preempted_slurm_job_is_resubmitted_instead_of_waited_for(tmp_path):
+    """PREEMPTED (cancelled by preemption) is terminal; the plugin alone would wait for it forever.
+    workflow/rules/slurm.smk reports it as failed, so Snakemake resubmits it (`retries`)."""
+    try:
+        proc, calls = _submit_with_fake_slurm(tmp_path, "PREEMPTED", retries=1)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the workflow waited for a preempted job instead of resubmitting it")
+    output = proc.stdout + proc.stderr
+    assert len(calls) == 2, f"expected the job and one resubmission:\n{output[-3000:]}"
+    assert "was preempted" in output and "Reporting it as failed" in output, output[-3000:]
+    assert proc.returncode != 0  # the stand-in preempts every attempt
+
+
+# --------------------------------------------------------------------------- DAG inputs (seconds)
+
+
+def _planned_inputs(dry_run_output: str) -> dict[str, list[list[str]]]:
+    """{rule: [inputs of each planned job]} from a dry run's job listing."""
+    jobs: dict[str, list[list[str]]] = {}
+    rule = None
+    for line in dry_run_output.splitlines():
+        if line.startswith(("rule ", "localrule ")) and line.rstrip().endswith(":"):
+            rule = line.split()[1].rstrip(":")
+            jobs.setdefault(rule, []).append([])
+        elif rule and line.strip().startswith("input:"):
+            jobs[rule][-1] = [x.strip() for x in line.split("input:", 1)[1].split(",")]
+    return jobs
+
+
+def test_shared_llm_cache_is_an_input_of_the_llm_runs_only(tmp_path):
+    from lore.llm.cache import AdviceCache
+
+    shared = tmp_path / "shared.sqlite"
+    AdviceCache(shared).close()
+    configfile = write_config(tmp_path / "shared.yaml", llm_cache={"shared": str(shared)})
+    proc = run_snakemake(tmp_path / "work", "-n", "-p", configfile=configfile, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    output = proc.stdout + proc.stderr
+    train = _planned_inputs(output)["train"]
+    with_cache = [inputs for inputs in train if str(shared) in inputs]
+    envs = _config()["envs"]
+    n_llm = len(envs) * 2  # full x 2 seeds per env; rl_only never asks an LLM
+    assert len(with_cache) == n_llm and len(train) == 2 * n_llm, train
+    for env in envs:
+        for seed in (0, 1):  # each run writes only its own cache, inside its run directory
+            assert f"llm.cache_path=\"results/runs/{env}/full/seed{seed}/llm_cache.sqlite\"" in output
+    assert output.count(f"llm.shared_cache=\"{shared}\"") == n_llm
+
+
+def _copy_workflow(dest: Path) -> Path:
+    """The Snakefile, workflow/, paper sources and lore/*.py copied to ``dest``: the rules take their
+    code inputs from the Snakefile's folder, so the copy's mtimes can be set freely."""
+    import shutil
+
+    shutil.copy2(REPO / "Snakefile", dest / "Snakefile")
+    shutil.copytree(REPO / "workflow", dest / "workflow")
+    shutil.copytree(REPO / "paper", dest / "paper", ignore=shutil.ignore_patterns("generated", "figures", "build"))
+    shutil.copytree(REPO / "lore", dest / "lore", ignore=shutil.ignore_patterns("__pycache__"))
+    return dest / "Snakefile"
+
+
+def test_analysis_rules_declare_the_code_their_commands_load(tmp_path):
+    proc = run_snakemake(tmp_path, "-n", configfile=TEST_CONFIG, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    planned = _planned_inputs(proc.stdout + proc.stderr)
+    entry = {"aggregate": ["aggregate", "latex", "runs"], "figures": ["aggregate", "figures", "runs"],
+             "paper_macros": ["aggregate", "paper"], "paper": ["paper"]}
+    for rule, modules in entry.items():
+        code = {Path(p).relative_to(REPO).as_posix() for p in planned[rule][0] if p.endswith(".py")}
+        script = ("import importlib, sys\n"
+                  f"for m in {['lore.analysis.cli'] + [f'lore.analysis.{m}' for m in modules]}: "
+                  "importlib.import_module(m)\n"
+                  "print(' '.join(m.__file__ for n, m in sys.modules.items() if n.startswith('lore.')))")
+        loaded = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                                cwd=REPO).stdout.split()
+        loaded = {Path(p).relative_to(REPO).as_posix() for p in loaded if not p.endswith("__init__.py")}
+        assert loaded <= code, f"rule {rule} does not declare {sorted(loaded - code)}"
+        assert all((REPO / p).is_file() for p in code)
+
+
+def test_editing_analysis_code_reruns_the_rules_that_run_it(tmp_path):
+    snakefile = _copy_workflow(tmp_path)
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    base = [sys.executable, "-m", "snakemake", "-s", str(snakefile), "--directory", str(workdir),
+            "--configfile", str(TEST_CONFIG), "-n"]
+    first = subprocess.run(base, capture_output=True, text=True, timeout=120, env=job_env())
+    assert first.returncode == 0, first.stderr[-3000:]
+    outputs = []
+    for line in (first.stdout + first.stderr).splitlines():
+        if line.strip().startswith("output:"):
+            outputs += [x.strip() for x in line.split("output:", 1)[1].split(",")]
+    now = time.time()
+    for code in (tmp_path / "lore").rglob("*.py"):  # all code older than all outputs
+        os.utime(code, (now - 3600, now - 3600))
+    for out in outputs:  # every output exists, built an hour after the code
+        path = workdir / out
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("x")
+        os.utime(path, (now - 60, now - 60))
+
+    def planned_after_editing(name: str) -> set[str]:
+        os.utime(tmp_path / "lore" / name, (now, now))
+        try:
+            proc = subprocess.run(base, capture_output=True, text=True, timeout=120, env=job_env())
+        finally:
+            os.utime(tmp_path / "lore" / name, (now - 3600, now - 3600))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        if "Nothing to be done" in proc.stdout + proc.stderr:
+            return set()
+        return set(job_counts(proc.stdout + proc.stderr)) - {"total", "all"}
+
+    assert planned_after_editing("analysis/grid.py") == set()  # the workflow's own helper: no analysis rule
+    assert planned_after_editing("analysis/figures.py") == {"figures", "paper_macros", "paper"}
+    assert planned_after_editing("analysis/stats.py") == {"aggregate", "figures", "paper_macros", "paper"}
+    assert planned_after_editing("analysis/paper.py") == {"paper_macros", "paper"}
 
 
 # --------------------------------------------------------------------------- end to end (minutes)
@@ -270,6 +453,13 @@ def test_killed_training_job_resumes_from_its_checkpoint(tmp_path):
     assert again.returncode == 0, again.stderr[-5000:]
     assert (run_dir / "done").is_file()
     assert (run_dir / "config.yaml").stat().st_mtime_ns == config_stamp, "the run started over instead of resuming"
+    # the job's log links to the run's train.log, which keeps both attempts (Snakemake deletes a
+    # job's log before each attempt)
+    job_log = workdir / "results" / "logs" / "train" / config["envs"][0] / "rl_only" / "seed0.log"
+    assert job_log.is_symlink() and job_log.resolve() == (run_dir / "train.log").resolve()
+    history = job_log.read_text()
+    assert f"from checkpoint at env step {step_at_kill}" in history
+    assert history.index("step 100/") < history.index("lore: resuming"), "the first attempt's lines are lost"
     eval_steps = pd.read_csv(run_dir / "eval.csv")["env_step"].tolist()
     assert eval_steps == sorted(set(eval_steps)), f"duplicated eval rows after resume: {eval_steps}"
     assert eval_steps[-1] == config["run"]["train.steps"]

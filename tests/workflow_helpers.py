@@ -85,6 +85,65 @@ def have_latex() -> bool:
     return shutil.which("pdflatex") is not None and shutil.which("pdftotext") is not None
 
 
+# --------------------------------------------------------------------------- stand-in SLURM commands
+
+_FAKE_SBATCH = """\
+import json, os, sys
+from pathlib import Path
+state = Path(os.environ["FAKE_SLURM_DIR"])
+jobs = state / "jobs.jsonl"
+job_id = 1000 + (len(jobs.read_text().splitlines()) if jobs.exists() else 0)
+with open(jobs, "a") as fh:
+    fh.write(json.dumps({"id": job_id, "argv": sys.argv[1:]}) + "\\n")
+print(job_id)
+"""
+_FAKE_SQUEUE = """\
+import json, os
+from pathlib import Path
+jobs = Path(os.environ["FAKE_SLURM_DIR"]) / "jobs.jsonl"
+for line in (jobs.read_text().splitlines() if jobs.exists() else []):
+    print(f"{json.loads(line)['id']}|{os.environ.get('FAKE_SLURM_STATE', 'FAILED')}")
+"""
+_FAKE_SCONTROL = """\
+print("MinJobAge               = 600 sec")
+print("MaxArraySize            = 1001")
+"""
+_FAKE_SINFO = """\
+print("PARTITION")
+print("debug*")
+"""
+
+
+def fake_slurm(directory: Path, state: str = "FAILED") -> dict[str, str]:
+    """Environment for Snakemake with stand-ins of the SLURM commands on PATH.
+
+    ``sbatch`` records its arguments in ``<directory>/jobs.jsonl`` (read them back with
+    :func:`fake_sbatch_calls`) and runs nothing; ``squeue`` reports every submitted job in ``state``;
+    ``sinfo``/``scontrol`` answer what the executor plugin asks; ``sacct``, ``sacctmgr`` and ``sshare``
+    fail as on a cluster without accounting. Enough to see, without a cluster, the exact sbatch call
+    of a job and what the workflow does with a job state.
+    """
+    bin_dir = directory / "bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    scripts = {"sbatch": _FAKE_SBATCH, "squeue": _FAKE_SQUEUE, "scontrol": _FAKE_SCONTROL, "sinfo": _FAKE_SINFO,
+               "sacct": "raise SystemExit(1)\n", "sacctmgr": "raise SystemExit(1)\n",
+               "sshare": "raise SystemExit(1)\n", "scancel": ""}
+    for name, body in scripts.items():
+        path = bin_dir / name
+        path.write_text(f"#!{sys.executable}\n{body}")
+        path.chmod(0o755)
+    return {"PATH": os.pathsep.join([str(bin_dir), str(VENV_BIN), os.environ.get("PATH", "")]),
+            "FAKE_SLURM_DIR": str(directory), "FAKE_SLURM_STATE": state}
+
+
+def fake_sbatch_calls(directory: Path) -> list[list[str]]:
+    """The argument lists of the ``sbatch`` calls recorded by :func:`fake_slurm`, in order."""
+    import json
+
+    jobs = directory / "jobs.jsonl"
+    return [json.loads(line)["argv"] for line in jobs.read_text().splitlines()] if jobs.exists() else []
+
+
 # --------------------------------------------------------------------------- SLURM
 
 SLURM_DAEMONS = ("munged", "slurmctld", "slurmd")
@@ -107,6 +166,8 @@ class SlurmUnavailable(RuntimeError):
 
 
 CONF_MARKER = "# lore test cluster: written by tests/workflow_helpers.py"
+URGENT_PARTITION = "urgent"
+"""A partition whose jobs preempt (requeue) the jobs of the default partition `debug`."""
 DEFAULT_CONF = Path("/etc/slurm/slurm.conf")
 
 
@@ -250,7 +311,14 @@ class SlurmCluster:
             "SlurmctldTimeout=30",
             "SlurmdTimeout=60",
             f"NodeName={host} CPUs={cpus} RealMemory={mem_mb} State=UNKNOWN",
-            f"PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO",
+            # Preemption as on a shared cluster: a job of the `urgent` partition (higher PriorityTier)
+            # preempts jobs of `debug`, which SLURM requeues (jobs submitted with --requeue).
+            "PreemptType=preempt/partition_prio",
+            "PreemptMode=REQUEUE",
+            f"PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO "
+            "PriorityTier=1",
+            f"PartitionName={URGENT_PARTITION} Nodes={host} MaxTime=INFINITE State=UP OverSubscribe=NO "
+            "PriorityTier=100 PreemptMode=OFF",
             "",
         ]))
 

@@ -21,6 +21,26 @@ RUNS_ROOT = "results/runs"
 # on every dry run); tests/test_workflow.py checks it equals lore.envs.crafter.CRAFTER_NAMES.
 CRAFTER_ENV_NAMES = ("crafter", "CrafterReward-v1", "CrafterNoReward-v1")
 LLM_BACKENDS = ("scripted", "gemini", "replay")
+RUN_CACHE_NAME = "llm_cache.sqlite"
+"""The run's own LLM answer cache, inside its run directory (``llm_cache.per_run``)."""
+DEFAULT_TERM_BEFORE_END_S = 300
+"""SLURM sends training jobs SIGTERM this long before their time limit (``--signal=TERM@300``)."""
+# sbatch options that snakemake-executor-plugin-slurm sets itself and rejects in `slurm_extra`,
+# with the `resources.<env>` key that sets each instead.
+_LONG = r"(?=[=\s]|$)"  # an option name ends at "=", a blank or the end: --time, not --time-min
+_SHORT = r"(?=\s|$|\w)"
+SLURM_EXTRA_MANAGED = (
+    (rf"--qos{_LONG}", "qos"),
+    (rf"--constraint{_LONG}|(^|\s)-C{_SHORT}", "constraint"),
+    (rf"--gres{_LONG}", "gres"),
+    (rf"--gpus{_LONG}", "gpu (and gpu_model)"),
+    (rf"--partition{_LONG}|(^|\s)-p{_SHORT}", "slurm_partition"),
+    (rf"--account{_LONG}|(^|\s)-A{_SHORT}", "slurm_account"),
+    (rf"--time{_LONG}|(^|\s)-t{_SHORT}", "runtime"),
+    (rf"--mem{_LONG}|--mem-per-cpu{_LONG}", "mem_mb"),
+    (rf"--cpus-per-task{_LONG}|(^|\s)-c{_SHORT}", "threads"),
+    (rf"--signal{_LONG}", "term_before_end_s"),
+)
 
 
 class GridError(ValueError):
@@ -66,8 +86,9 @@ def uses_llm(ablation: str) -> bool:
     return ablation_overrides(ablation).get("llm.backend", "scripted") != "none"
 
 
-def run_overrides(config: dict, env: str, ablation: str) -> dict[str, object]:
-    """Dotted overrides for one run: ``run`` <- ``env_run[env]`` <- env name <- LLM backend."""
+def run_overrides(config: dict, env: str, ablation: str, seed: int | None = None) -> dict[str, object]:
+    """Dotted overrides for one run: ``run`` <- ``env_run[env]`` <- env name <- LLM backend <- LLM
+    caches (those only with ``seed``: the run's own cache lives in its run directory)."""
     overrides: dict[str, object] = {}
     overrides.update(config.get("run") or {})
     overrides.update((config.get("env_run") or {}).get(env) or {})
@@ -76,7 +97,29 @@ def run_overrides(config: dict, env: str, ablation: str) -> dict[str, object]:
     if backend and uses_llm(ablation):
         # Only for ablations that call an LLM: rl_only keeps llm.backend=none from its ablation.
         overrides["llm.backend"] = backend
+    if seed is not None and uses_llm(ablation):
+        overrides.update(cache_overrides(config, TrainJob(env, ablation, int(seed))))
     return overrides
+
+
+def cache_overrides(config: dict, job: TrainJob) -> dict[str, object]:
+    """``llm.cache_path`` / ``llm.shared_cache`` of one run from the workflow's ``llm_cache`` section.
+
+    Every run writes only its own cache, ``<run_dir>/llm_cache.sqlite`` (``per_run: true``, the
+    default; ``false``: none), so no two jobs ever write one SQLite file (unsafe on the network
+    filesystems of clusters) and a run's cache hits never depend on which runs finished before it.
+    ``shared`` is an optional read-only cache every run consults after its own (an input of the DAG).
+    """
+    cache = config.get("llm_cache") or {}
+    per_run = cache.get("per_run", True)
+    return {"llm.cache_path": f"{job.run_dir}/{RUN_CACHE_NAME}" if per_run else None,
+            "llm.shared_cache": cache.get("shared") or None}
+
+
+def shared_cache_input(config: dict, ablation: str) -> list[str]:
+    """The shared read-only cache as an input of a training job ([] when unused)."""
+    shared = (config.get("llm_cache") or {}).get("shared")
+    return [str(shared)] if shared and uses_llm(ablation) else []
 
 
 def set_args(overrides: dict[str, object]) -> list[str]:
@@ -92,7 +135,7 @@ def train_command_args(config: dict, env: str, ablation: str, seed: int) -> str:
     args = ["--ablation", ablation, "--seed", str(int(seed))]
     if config.get("run_config"):
         args += ["--config", str(config["run_config"])]
-    args += set_args(run_overrides(config, env, ablation))
+    args += set_args(run_overrides(config, env, ablation, seed))
     return " ".join(shlex.quote(a) for a in args)
 
 
@@ -143,7 +186,8 @@ def check_workflow_config(config: dict, environ: dict | None = None) -> list[Tra
     for section in ("run", "env_run", "resources", "analysis"):
         if config.get(section) is not None and not isinstance(config[section], dict):
             raise GridError(f"{section}: must be a mapping, got {type(config[section]).__name__}")
-    managed = {"seed": "seeds", "ablation": "ablations", "env.name": "envs", "llm.backend": "llm_backend"}
+    managed = {"seed": "seeds", "ablation": "ablations", "env.name": "envs", "llm.backend": "llm_backend",
+               "llm.cache_path": "llm_cache.per_run", "llm.shared_cache": "llm_cache.shared"}
     sections = [("run", config.get("run") or {})]
     sections += [(f"env_run.{env}", over or {}) for env, over in (config.get("env_run") or {}).items()]
     for where, overrides in sections:
@@ -159,6 +203,9 @@ def check_workflow_config(config: dict, environ: dict | None = None) -> list[Tra
         raise GridError("llm_backend: 'gemini' needs the GEMINI_API_KEY environment variable "
                         "(or use llm_backend: scripted for the offline advisor)")
 
+    _check_llm_cache(config)
+    _check_resources(config)
+
     file_data = None
     if config.get("run_config"):
         path = Path(config["run_config"])
@@ -168,7 +215,7 @@ def check_workflow_config(config: dict, environ: dict | None = None) -> list[Tra
             raise GridError(f"run_config: {e}") from None
     for env in envs:
         for ablation in ablations:
-            overrides = [f"{k}={json.dumps(v)}" for k, v in run_overrides(config, env, ablation).items()]
+            overrides = [f"{k}={json.dumps(v)}" for k, v in run_overrides(config, env, ablation, seeds[0]).items()]
             try:
                 build_config(file_data, overrides, ablation)
             except ConfigError as e:
@@ -182,18 +229,88 @@ def check_workflow_config(config: dict, environ: dict | None = None) -> list[Tra
     return grid_jobs(config)
 
 
+def _check_llm_cache(config: dict) -> None:
+    cache = config.get("llm_cache")
+    if cache is None:
+        return
+    if not isinstance(cache, dict):
+        raise GridError(f"llm_cache: must be a mapping (per_run, shared), got {type(cache).__name__}")
+    unknown = sorted(set(cache) - {"per_run", "shared"})
+    if unknown:
+        raise GridError(f"llm_cache.{unknown[0]}: unknown key (valid: per_run, shared)")
+    if not isinstance(cache.get("per_run", True), bool):
+        raise GridError(f"llm_cache.per_run: expected true or false, got {cache['per_run']!r}")
+    shared = cache.get("shared")
+    if shared is None:
+        return
+    if not isinstance(shared, str) or not shared.strip():
+        raise GridError(f"llm_cache.shared: expected the path of an SQLite answer cache, got {shared!r}")
+    path = Path(shared)
+    if not path.is_file():
+        raise GridError(f"llm_cache.shared: {shared} is not a file (a read-only cache must exist before the "
+                        f"workflow starts, e.g. a finished run's {RUN_CACHE_NAME})")
+    written = {Path(f"{job.run_dir}/{RUN_CACHE_NAME}").resolve() for job in grid_jobs(config)}
+    if path.resolve() in written:
+        raise GridError(f"llm_cache.shared: {shared} is the cache a run of this grid writes; copy it elsewhere "
+                        f"first (the shared cache must not change while runs read it)")
+
+
+def _check_resources(config: dict) -> None:
+    """What the SLURM executor plugin would reject at submission (or silently double), named by key."""
+    import re
+
+    for section, res in (config.get("resources") or {}).items():
+        if not isinstance(res, dict):
+            raise GridError(f"resources.{section}: must be a mapping of resources")
+        extra = res.get("slurm_extra")
+        if extra is not None and not isinstance(extra, str):
+            raise GridError(f"resources.{section}.slurm_extra: expected a string of sbatch options")
+        for pattern, key in SLURM_EXTRA_MANAGED if extra else ():
+            if re.search(pattern, extra):
+                option = re.search(pattern, extra).group(0).strip()
+                raise GridError(f"resources.{section}.slurm_extra: {option} is set by the SLURM executor plugin "
+                                f"(which rejects it here); use resources.{section}.{key} instead")
+        gres = res.get("gres")
+        if isinstance(gres, str) and re.match(r"^gpu\b", gres) and res.get("gpu"):
+            raise GridError(f"resources.{section}.gres: {gres!r} requests GPUs, and so does gpu: {res['gpu']}; "
+                            f"use gpu (and gpu_model) alone")
+        term = res.get("term_before_end_s")
+        if term is not None and (isinstance(term, bool) or not isinstance(term, int) or not 0 <= term <= 65535):
+            raise GridError(f"resources.{section}.term_before_end_s: expected seconds in 0..65535, got {term!r}")
+
+
 def grid_jobs(config: dict) -> list[TrainJob]:
     return [TrainJob(env, ablation, int(seed))
             for env in config["envs"] for ablation in config["ablations"] for seed in config["seeds"]]
 
 
 def env_resources(config: dict, env: str) -> dict[str, object]:
-    """``resources.default`` overlaid with ``resources[env]`` (threads, mem_mb, runtime, gpu, slurm_*)."""
+    """``resources.default`` overlaid with ``resources[env]`` (threads, mem_mb, runtime, gpu, SLURM keys)."""
     resources = config.get("resources") or {}
-    out = {"threads": 1, "mem_mb": 4000, "runtime": 60, "gpu": 0}
+    out = {"threads": 1, "mem_mb": 4000, "runtime": 60, "gpu": 0, "term_before_end_s": DEFAULT_TERM_BEFORE_END_S}
     out.update(resources.get("default") or {})
     out.update(resources.get(env) or {})
     return out
+
+
+def train_slurm_extra(resources: dict, runtime_min: int | None = None) -> str | None:
+    """``slurm_extra`` of a training job: the configured one plus ``--signal=TERM@<term_before_end_s>``.
+
+    SLURM then sends every process of the job step (``lore train`` included) SIGTERM that long
+    before the time limit (up to 60 s earlier: SLURM's resolution): ``lore train`` writes its
+    checkpoint and exits, the job ends FAILED instead of TIMEOUT-killed mid-write, and Snakemake's
+    retry (with more runtime) resumes from that checkpoint. Without the batch-shell-only ``B:``
+    prefix, because the rule runs inside the ``srun`` step the plugin starts, not in the batch shell.
+    The warning time is capped at half of ``runtime_min`` (the job's time limit), so a short job
+    still trains before it is told to stop.
+    """
+    parts = [str(resources["slurm_extra"])] if resources.get("slurm_extra") else []
+    term = int(resources.get("term_before_end_s") or 0)
+    if runtime_min is not None:
+        term = min(term, int(runtime_min) * 30)
+    if term > 0:
+        parts.append(f"--signal=TERM@{term}")
+    return " ".join(parts) or None
 
 
 def retry_resource(value: int, attempt: int, cap: int | None = None) -> int:

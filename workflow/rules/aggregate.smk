@@ -4,6 +4,7 @@
 rule aggregate:
     input:
         done=done_files(),
+        code=analysis_code("aggregate"),
     output:
         tables=[report(path, category="Tables", caption="../report/tables.rst")
                 if path.endswith("stats.csv") else path for path in TABLE_FILES],

@@ -15,7 +15,9 @@ from lore.analysis.grid import (
     check_workflow_config,
     env_resources,
     quote_all,
+    shared_cache_input,
     train_command_args,
+    train_slurm_extra,
 )
 
 # Rules call `lore` and `python -m lore...`: make the interpreter running Snakemake (e.g. the
@@ -44,6 +46,7 @@ SEEDS = [int(s) for s in config["seeds"]]
 REPO = Path(workflow.basedir)
 
 RUN_DIR = os.path.join(RUNS_ROOT, "{env}", "{ablation}", "seed{seed}")
+TRAIN_LOG = "results/logs/train/{env}/{ablation}/seed{seed}.log"
 TABLES = "results/tables"
 FIGURES_DIR = "results/figures"
 GENERATED = "paper/generated"
@@ -78,9 +81,13 @@ def train_resource(name, default=None):
 
     mem_mb and runtime grow with the attempt number, so a job killed for exceeding them gets
     more on its retry, up to `max_mem_mb` / `max_runtime` (default: twice the value); runtime is in minutes.
+    slurm_extra carries `--signal=TERM@<term_before_end_s>` (lore.analysis.grid.train_slurm_extra).
     """
     def get(wildcards, attempt):
         resources = env_resources(config, wildcards.env)
+        if name == "slurm_extra":
+            runtime = retry_resource(int(resources["runtime"]), attempt, resources.get("max_runtime"))
+            return train_slurm_extra(resources, runtime_min=runtime)
         value = resources.get(name, default)
         if name in ("mem_mb", "runtime") and value is not None:
             return retry_resource(int(value), attempt, resources.get(f"max_{name}"))
@@ -90,16 +97,52 @@ def train_resource(name, default=None):
     return get
 
 
+def train_log_link(wildcards):
+    """Where a training job's log links to: its run's train.log, relative to the link's folder."""
+    names = dict(env=wildcards.env, ablation=wildcards.ablation, seed=wildcards.seed)
+    link = TRAIN_LOG.format(**names)
+    return os.path.relpath(os.path.join(RUN_DIR.format(**names), "train.log"), os.path.dirname(link))
+
+
 def train_threads(wildcards):
     return int(env_resources(config, wildcards.env)["threads"])
 
 
+# Keys of `resources.<env>` that are resources of the SLURM executor plugin under the same name.
+SLURM_RESOURCE_KEYS = ("slurm_partition", "slurm_account", "gpu_model", "qos", "constraint", "gres")
+
+
 def optional_train_resources():
-    """SLURM-only keys (partition, account, ...) that some env in the grid sets."""
+    """SLURM-only keys (partition, account, qos, constraint, gres, ...) that some env in the grid sets."""
     keys = set()
     for env in ENVS:
-        keys |= {k for k in env_resources(config, env) if k.startswith("slurm_") or k == "gpu_model"}
+        keys |= {k for k in env_resources(config, env) if k in SLURM_RESOURCE_KEYS}
     return sorted(keys)
+
+
+def shared_cache(wildcards):
+    """The read-only shared LLM cache (`llm_cache.shared`): an input of the runs that use an LLM."""
+    return shared_cache_input(config, wildcards.ablation)
+
+
+# The code each analysis rule runs (its `python -m lore.analysis.cli <command>` and every lore module
+# that command imports), declared as inputs: editing it reruns the rule and what depends on it.
+# tests/test_workflow.py checks these lists against the modules the commands load.
+_TABLES_CODE = ["analysis/cli", "analysis/aggregate", "analysis/runs", "analysis/stats", "analysis/settings",
+                "analysis/latex", "analysis/synthetic", "ablations"]
+ANALYSIS_CODE = {
+    "aggregate": _TABLES_CODE,
+    "figures": _TABLES_CODE + ["analysis/figures"],
+    "paper_macros": _TABLES_CODE + ["analysis/figures", "analysis/paper", "config"],
+    # paper-build only compiles the TeX, but loading lore.analysis.paper loads the table code too
+    "paper": ["analysis/cli", "analysis/paper", "analysis/aggregate", "analysis/latex", "analysis/runs",
+              "analysis/settings", "analysis/stats"],
+}
+
+
+def analysis_code(rule_name):
+    """Absolute paths of the lore source files ``rule_name`` runs (see ANALYSIS_CODE)."""
+    return [str(REPO / "lore" / f"{name}.py") for name in ANALYSIS_CODE[rule_name]]
 
 
 def analysis_flags():

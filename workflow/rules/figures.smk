@@ -5,6 +5,7 @@ rule figures:
     input:
         done=done_files(),
         tables=TABLE_FILES,
+        code=analysis_code("figures"),
     output:
         png=[report(f"{FIGURES_DIR}/{name}.png", category="Figures", caption=f"../report/{name}.rst")
              for name in FIGURE_NAMES],

@@ -4,6 +4,7 @@
 rule paper_macros:
     input:
         tables=TABLE_FILES,
+        code=analysis_code("paper_macros"),
     output:
         GENERATED_FILES,
     log:
@@ -30,6 +31,7 @@ rule paper:
         bib=str(REPO / "paper" / "lore.bib"),
         generated=GENERATED_FILES,
         figures=[f"{FIGURES_DIR}/{name}.pdf" for name in FIGURE_NAMES],
+        code=analysis_code("paper"),
     output:
         report(PAPER_PDF, category="Paper", caption="../report/paper.rst"),
     log:
