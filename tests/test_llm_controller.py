@@ -303,6 +303,22 @@ def test_state_dict_round_trip_resumes_budget_cooldown_and_cache():
         resumed.load_state_dict({"version": 99})
 
 
+def test_a_plan_being_followed_survives_a_resume():
+    backend = ProgrammedBackend([answer(best=1, plan=[2, 3, 0])])
+    ctl = controller(backend, "llm.controller.cooldown=0", "llm.controller.cooldown_after_success=0")
+    ctl.maybe_request(0, [query(0, "k", beta=1.0)])
+    assert ctl.current(0, "k", 0).source in ("llm", "cache")  # the answer starts the plan
+    ctl.observe_action(0, 2, "k1")                              # first plan step followed
+    state = ctl.state_dict()
+    resumed = controller(ProgrammedBackend(), "llm.controller.cooldown=0",
+                         "llm.controller.cooldown_after_success=0")
+    resumed.load_state_dict(state)
+    for ctrl in (ctl, resumed):  # the original and the resumed controller advise the same next step
+        advice = ctrl.current(0, "k1", 1)
+        assert advice is not None and advice.source == "plan" and int(np.argmax(advice.prior_logits)) == 3
+    assert resumed.backend.requests == []
+
+
 def test_surrogate_answers_due_calls_and_every_nth_is_a_heldout_check():
     backend = ProgrammedBackend([answer(best=0)] * 10)
     ctl = controller(backend, "llm.controller.cooldown=0", "llm.controller.cooldown_after_success=0",

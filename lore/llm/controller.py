@@ -415,6 +415,10 @@ class LLMController:
             "ledger_bytes": self.ledger.size() if self.ledger is not None else None,
             # likewise the run's own answer cache (None: no cache, or one shared with other runs)
             "cache_rows": self.cache.high_water() if self._cache_owned else None,
+            # plans being followed: without them a resumed run asks again where the original followed on
+            "plans": {i: {"actions": list(c.actions), "index": c.index, "confidence": c.confidence,
+                          "features_code": c.features_code, "code_id": c.code_id, "subgoal": c.subgoal}
+                      for i, c in self._plans.items()},
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -435,7 +439,9 @@ class LLMController:
             if advice is None:
                 raise ValueError(f"LLMController.load_state_dict: cached answer for {key!r} is invalid ({failure})")
             self._memory[key] = _Entry(advice, int(e["step"]), e["source"], e.get("code_id"))
-        self._plans.clear()
+        self._plans = {int(i): _PlanCursor([int(a) for a in c["actions"]], int(c["index"]), float(c["confidence"]),
+                                           c["features_code"], c["code_id"], c["subgoal"])
+                       for i, c in state.get("plans", {}).items()}  # absent in older checkpoints
         if self.ledger is not None and state.get("ledger_bytes") is not None:
             self.ledger.truncate(int(state["ledger_bytes"]))
         if self._cache_owned and state.get("cache_rows") is not None:
