@@ -238,7 +238,9 @@ def test_a_preempted_training_job_resumes_from_its_checkpoint(slurm_cluster, tmp
 
     output = snakemake_log.read_text()
     jobs = _train_jobs(env, before)
-    assert jobs.get(job_id) == "PREEMPTED" and sorted(jobs.values()) == ["COMPLETED", "PREEMPTED"], jobs
+    # the preempted job, then the resubmission(s) Snakemake made for it, all completed
+    others = [state for j, state in jobs.items() if j != job_id]
+    assert jobs.get(job_id) == "PREEMPTED" and others and set(others) == {"COMPLETED"}, jobs
     assert f"SLURM job {job_id} was preempted" in output
     assert (run_dir / "done").is_file()
     assert (run_dir / "config.yaml").stat().st_mtime_ns == config_stamp, "the run started over instead of resuming"

@@ -1,0 +1,150 @@
+"""The Crafter benchmark (issue 10, "Crafter for real"): every (arm, seed) run of the CPU Crafter config,
+two at a time, seed by seed; and the uniform-random policy measured by the same evaluation code.
+
+    .venv/bin/python benchmarks/crafter_benchmark.py --out results/bench_crafter          # ~1h45 on 2 idle cores
+    .venv/bin/python benchmarks/crafter_report.py --runs-root results/bench_crafter       # docs/benchmark/crafter.md
+
+Every run is ``lore train --config config/crafter_cpu.yaml`` (the one declaration of the CPU Crafter
+run, also read by the workflow's config/crafter.yaml): symbolic observation, preset xs, 50k env steps,
+evaluation every 5k steps on 10 separate episodes (fixed layouts, the learned policy without the prior).
+Arms: ``rl_only`` (DreamerV3 alone), ``full`` (the scripted Crafter advisor, good) and ``full_adversarial``;
+seeds 0..2 (``--seeds 5`` for 0..4). ``--steps``, ``--eval-every`` and ``--eval-episodes`` override the
+config file for every run, ``--set KEY=VALUE`` anything else.
+
+The random baseline: for each seed, ``lore.train.random_policy.evaluate_random_policy`` at every eval point
+of the trained runs (same env config, layouts and episode count, the policy's draws seeded like the agent's
+at that point), written to ``<out>/random_policy/seed<k>/eval.csv`` with the columns of a run's ``eval.csv``.
+
+Resumable: a finished run (``done``) is skipped, an interrupted one resumes from its checkpoint and a
+complete random baseline is not recomputed, so the same command continues an interrupted benchmark.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RUN_CONFIG = REPO / "config" / "crafter_cpu.yaml"
+ARMS = ("rl_only", "full", "full_adversarial")
+RANDOM_DIR = "random_policy"
+"""Folder of the random baseline under ``--out`` (not a training run: no config.yaml, no done)."""
+
+
+def jobs(arms: tuple[str, ...], seeds: int) -> list[tuple[str, int]]:
+    """(arm, seed), seed by seed: an interrupted benchmark has every arm at the same n."""
+    return [(arm, seed) for seed in range(seeds) for arm in arms]
+
+
+def overrides(args: argparse.Namespace) -> list[str]:
+    """The ``--set`` overrides of every run (and of the random baseline), on top of the config file."""
+    sets = []
+    if args.steps is not None:
+        sets.append(f"train.steps={args.steps}")
+    if args.eval_every is not None:
+        sets.append(f"eval.every={args.eval_every}")
+    if args.eval_episodes is not None:
+        sets.append(f"eval.episodes={args.eval_episodes}")
+    # One answer cache per process and run: no run's hits depend on which runs finished before it.
+    return sets + ["llm.cache_path=null", *args.set]
+
+
+def train_command(config: Path, run_dir: Path, arm: str, seed: int, sets: list[str]) -> list[str]:
+    cmd = [sys.executable, "-m", "lore.cli", "train", "--run-dir", str(run_dir), "--ablation", arm,
+           "--seed", str(seed), "--config", str(config), "--no-progress"]
+    for s in sets:
+        cmd += ["--set", s]
+    return cmd
+
+
+def train_one(out: Path, config: Path, arm: str, seed: int, sets: list[str]) -> tuple[str, int, float, int]:
+    run_dir = out / arm / f"seed{seed}"
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    with open(run_dir.parent / f"seed{seed}.log", "a") as log:
+        rc = subprocess.call(train_command(config, run_dir, arm, seed, sets), stdout=log, stderr=subprocess.STDOUT)
+    return arm, seed, time.time() - t0, rc
+
+
+def eval_steps(steps: int, every: int) -> list[int]:
+    """The env steps at which ``lore train`` evaluates (one env): 0, every multiple of ``every`` below
+    ``steps``, and ``steps`` (the final evaluation)."""
+    return sorted(set(range(0, steps, every)) | {steps})
+
+
+def random_baseline(out: Path, config: Path, seed: int, sets: list[str]) -> Path:
+    """The uniform-random policy at every eval point of seed ``seed``'s runs -> ``eval.csv`` (resumable)."""
+    import pandas as pd
+
+    from lore.config import build_config, load_yaml
+    from lore.envs import make_env_from_config
+    from lore.train.random_policy import evaluate_random_policy
+    from lore.utils.io import atomic_write_text
+
+    cfg = build_config(load_yaml(config), [*sets, f"seed={seed}"], "rl_only")
+    points = eval_steps(cfg.train.steps, cfg.eval.every)
+    path = out / RANDOM_DIR / f"seed{seed}" / "eval.csv"
+    if path.is_file():
+        done = pd.read_csv(path)
+        if done["env_step"].tolist() == points and (done["episodes"] == cfg.eval.episodes).all():
+            return path
+    env = make_env_from_config(cfg.env, seed=10_000_000 + cfg.seed)
+    rows = [{"env_step": step, **evaluate_random_policy(cfg, eval_index=i, env=env)} for i, step in enumerate(points)]
+    env.close()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, pd.DataFrame(rows).to_csv(index=False))
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", type=Path, default=Path("results/bench_crafter"))
+    p.add_argument("--config", type=Path, default=RUN_CONFIG, help="run config of every run (default: %(default)s)")
+    p.add_argument("--arms", nargs="+", default=list(ARMS))
+    p.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 (default 3; 5 for tighter intervals)")
+    p.add_argument("--steps", type=int, default=None, help="env steps per run (default: the config's train.steps)")
+    p.add_argument("--eval-every", type=int, default=None, help="default: the config's eval.every")
+    p.add_argument("--eval-episodes", type=int, default=None, help="default: the config's eval.episodes")
+    p.add_argument("--jobs", type=int, default=2, help="runs at a time (one torch thread each)")
+    p.add_argument("--set", action="append", default=[], help="extra KEY=VALUE override for every run")
+    p.add_argument("--no-random", action="store_true", help="skip the random-policy baseline")
+    p.add_argument("--dry-run", action="store_true", help="print the commands and exit")
+    args = p.parse_args(argv)
+    if args.seeds < 1 or args.jobs < 1:
+        p.error("--seeds and --jobs must be >= 1")
+    sets = overrides(args)
+    grid = jobs(tuple(args.arms), args.seeds)
+    if args.dry_run:
+        for arm, seed in grid:
+            print(" ".join(train_command(args.config, args.out / arm / f"seed{seed}", arm, seed, sets)))
+        return 0
+    # Reject a bad config or override once, before any job (each job would fail alike).
+    from lore.config import ConfigError, build_config, load_yaml
+
+    try:
+        for arm in args.arms:
+            build_config(load_yaml(args.config), sets, arm)
+    except ConfigError as e:
+        print(f"crafter_benchmark: error: {e}", file=sys.stderr)
+        return 2
+    if not args.no_random:
+        for seed in range(args.seeds):
+            t0 = time.time()
+            path = random_baseline(args.out, args.config, seed, sets)
+            print(f"random policy seed {seed}: {path} ({time.time() - t0:.0f} s)", flush=True)
+    failed = 0
+    with ThreadPoolExecutor(args.jobs) as pool:
+        futures = [pool.submit(train_one, args.out, args.config, arm, seed, sets) for arm, seed in grid]
+        for fut in futures:
+            arm, seed, wall, rc = fut.result()
+            failed += rc != 0
+            print(f"{arm} seed {seed}: {wall:.0f} s, exit {rc}", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,299 @@
+"""The Crafter benchmark's report, from its raw runs: ``docs/benchmark/crafter.md`` and a PNG.
+
+    .venv/bin/python benchmarks/crafter_report.py --runs-root results/bench_crafter --out docs/benchmark
+
+Runs ``lore aggregate`` and ``lore figures`` (the workflow's own analysis code) over the finished runs
+under ``--runs-root`` into ``<out>/crafter/tables`` and ``<out>/crafter/figures`` (with the workflow's
+``crafter_achievements.png``), then writes ``<out>/crafter.md`` and ``<out>/crafter/figures/crafter_score.png``:
+per arm the Crafter score at each budget, the per-achievement success rates at the last one, the mean
+eval return, LLM API calls and training env steps/s, each as mean and 95% bootstrap CI over seeds with n,
+next to the uniform-random policy measured by the same evaluation code (``benchmarks/crafter_benchmark.py``
+writes it to ``<runs-root>/random_policy``). Nothing is typed by hand: the same runs give the same file.
+
+Crafter score (Hafner 2021): S = exp(mean_i ln(1 + s_i)) - 1 over the 22 achievement success rates s_i in
+percent (``lore.analysis.stats.crafter_score``, the function behind the ``crafter_score`` column of every
+``eval.csv``). Here s_i is the share of a run's evaluation episodes (``eval.episodes`` of them, without the
+LLM prior) that unlocked achievement i; the score is computed per run and then averaged over seeds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).parent))
+from crafter_benchmark import RANDOM_DIR  # noqa: E402
+
+from lore.analysis import stats as st  # noqa: E402
+
+RANDOM = "random"
+"""The random policy's name in the report's tables."""
+ARM_ORDER = ("rl_only", "full", "full_adversarial")
+
+
+# --------------------------------------------------------------------------- reading the runs
+
+
+def finished_runs(root: Path, out: Path) -> tuple[Path, list[Path]]:
+    """A run list of the finished training runs under ``root`` (``done`` present; the random baseline
+    is not a run); unfinished ones are named on stderr and left out, so a cut-short benchmark reports
+    what it reached, with its n."""
+    done, unfinished = [], []
+    for eval_csv in sorted(root.rglob("eval.csv")):
+        run = eval_csv.parent
+        if RANDOM_DIR in run.relative_to(root).parts:
+            continue
+        (done if (run / "done").exists() else unfinished).append(run)
+    for run in unfinished:
+        print(f"crafter_report: {run} has not finished; left out", file=sys.stderr)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "run_list.txt"
+    path.write_text("".join(f"{run}\n" for run in done))
+    return path, done
+
+
+def read_eval(runs: list[Path]) -> pd.DataFrame:
+    """Every eval point of the trained runs, with ``ablation`` / ``seed`` from the resolved config."""
+    import yaml
+
+    frames = []
+    for run in runs:
+        cfg = yaml.safe_load((run / "config.yaml").read_text())
+        frame = pd.read_csv(run / "eval.csv")
+        frame["ablation"], frame["seed"] = cfg["ablation"], int(cfg["seed"])
+        frame["setup"] = setup_text(cfg)
+        done = json.loads((run / "done").read_text())
+        frame["steps_per_s"] = done["env_step"] / done["wall_s"] if done.get("wall_s") else math.nan
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def setup_text(cfg: dict) -> str:
+    """The run settings the report states, from a run's resolved ``config.yaml`` (arm-independent keys)."""
+    env, model, train, ev = cfg["env"], cfg["model"], cfg["train"], cfg["eval"]
+    return (f"{env['name']} ({env['obs']} observation, {env['crafter_view']}x{env['crafter_view']} view, "
+            f"episodes of at most {env['max_episode_steps'] or 10000} steps), model preset {model['preset']}, "
+            f"{train['steps']} env steps, batch {train['batch_size']}x{train['batch_length']}, "
+            f"train ratio {train['train_ratio']:g}, imag_last {cfg['dreamer']['imag_last']}, "
+            f"eval every {ev['every']} env steps on {ev['episodes']} episodes, device {cfg['device']}")
+
+
+def read_random(root: Path) -> pd.DataFrame:
+    frames = []
+    for path in sorted((root / RANDOM_DIR).glob("seed*/eval.csv")):
+        frame = pd.read_csv(path)
+        frame["ablation"], frame["seed"] = RANDOM, int(path.parent.name[4:])
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def ci(values, resamples: int = 2000) -> tuple[float, float, float, int]:
+    """(mean, low, high, n) with a 95% percentile-bootstrap CI over seeds (the aggregate's own function)."""
+    values = np.asarray(values, float)
+    values = values[np.isfinite(values)]
+    if not values.size:
+        return math.nan, math.nan, math.nan, 0
+    interval = st.stratified_bootstrap_ci([values], "mean", confidence=0.95, resamples=resamples, seed=0)
+    return interval.estimate, interval.low, interval.high, int(values.size)
+
+
+def fmt(stat: tuple[float, float, float, int], digits: int = 2, scale: float = 1.0) -> str:
+    mean, low, high, n = stat
+    if not n or not math.isfinite(mean):
+        return "—"
+    text = f"{scale * mean:.{digits}f}"
+    if n >= 2:
+        text += f" [{scale * low:.{digits}f}, {scale * high:.{digits}f}]"
+    return text
+
+
+def at_step(frame: pd.DataFrame, step: int) -> pd.DataFrame:
+    """Each seed's eval row at env step ``step`` (one per seed)."""
+    return frame[frame["env_step"] == step].drop_duplicates("seed", keep="last")
+
+
+def arms_in(frame: pd.DataFrame) -> list[str]:
+    present = list(frame["ablation"].unique()) if len(frame) else []
+    return [a for a in ARM_ORDER if a in present] + sorted(a for a in present if a not in ARM_ORDER)
+
+
+def achievement_names(frame: pd.DataFrame) -> list[str]:
+    return [c for c in frame.columns if c.startswith("ach_")]
+
+
+def budgets_of(frame: pd.DataFrame) -> list[int]:
+    """Eval points every run reached: the last one, and those nearest 1/5 and 1/2 of it."""
+    per_run = frame.groupby(["ablation", "seed"])["env_step"].apply(set)
+    common = sorted(set.intersection(*per_run)) if len(per_run) else []
+    if not common:
+        return []
+    last = common[-1]
+    picks = {min(common, key=lambda s: abs(s - last * f)) for f in (0.2, 0.5)} | {last}
+    return sorted(s for s in picks if s > 0) or [last]
+
+
+# --------------------------------------------------------------------------- the figure
+
+
+def plot(frame: pd.DataFrame, random: pd.DataFrame, last: int, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    arms = arms_in(frame)
+    fig, (curve, bars) = plt.subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [1, 1.6]})
+    colors = dict(zip([*arms, RANDOM], plt.rcParams["axes.prop_cycle"].by_key()["color"], strict=False))
+    colors[RANDOM] = "0.45"
+    for arm, data in [*((a, frame[frame["ablation"] == a]) for a in arms), (RANDOM, random)]:
+        if not len(data):
+            continue
+        steps = sorted(data["env_step"].unique())
+        stats = [ci(at_step(data, s)["crafter_score"]) for s in steps]
+        mean = np.array([s[0] for s in stats])
+        curve.plot(steps, mean, color=colors[arm], label=f"{arm} (n={stats[-1][3]})",
+                   ls="--" if arm == RANDOM else "-")
+        curve.fill_between(steps, [s[1] for s in stats], [s[2] for s in stats], color=colors[arm], alpha=0.2)
+    curve.set_xlabel("env steps")
+    curve.set_ylabel("Crafter score (%)")
+    curve.set_title("Crafter score of the evaluation (mean, 95% CI over seeds)")
+    curve.legend(fontsize=8)
+    names = achievement_names(frame if len(frame) else random)
+    groups = [a for a in [*arms, RANDOM] if len(frame[frame["ablation"] == a]) or (a == RANDOM and len(random))]
+    order = sorted(names, key=lambda c: -np.nanmean(at_step(frame, last)[c]) if len(frame) else 0)
+    width = 0.8 / max(len(groups), 1)
+    for i, arm in enumerate(groups):
+        data = at_step(random if arm == RANDOM else frame[frame["ablation"] == arm], last)
+        stats = [ci(data[c]) for c in order]
+        x = np.arange(len(order)) + (i - (len(groups) - 1) / 2) * width
+        pct = np.array([100 * s[0] for s in stats])
+        err = np.array([[100 * (s[0] - s[1]), 100 * (s[2] - s[0])] for s in stats]).T.clip(min=0)
+        bars.bar(x, np.maximum(pct, 0.05), width, color=colors[arm], label=arm, yerr=np.nan_to_num(err),
+                 error_kw={"lw": 0.6, "ecolor": "0.3"})
+    bars.set_yscale("log")
+    bars.set_ylim(0.05, 100)
+    bars.set_ylabel("success rate (%)")
+    bars.set_xticks(np.arange(len(order)))
+    bars.set_xticklabels([c[4:].replace("_", " ") for c in order], rotation=60, ha="right", fontsize=7)
+    bars.set_title(f"achievement success rates at {last} env steps")
+    bars.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+
+
+# --------------------------------------------------------------------------- the report
+
+
+def run_cli(*args: str) -> None:
+    subprocess.run([sys.executable, "-m", "lore.cli", *args], check=True)
+
+
+def step_label(step: int) -> str:
+    """5000 -> '5k', 2500 -> '2.5k', 300 -> '300'."""
+    return f"{step / 1000:g}k" if step >= 1000 else str(step)
+
+
+def calls_text(values: pd.Series) -> str:
+    values = values.dropna()
+    if not len(values) or not values.any():
+        return "0"
+    return f"{values.mean():.1f} ({values.min():.0f}–{values.max():.0f})"
+
+
+def report(frame: pd.DataFrame, random: pd.DataFrame, runs_table: pd.DataFrame, budgets: list[int],
+           figure: str, workflow_figure: str) -> list[str]:
+    last = budgets[-1]
+    arms = arms_in(frame)
+    n_episodes = sorted(frame["episodes"].unique()) if "episodes" in frame else []
+    setups = sorted(frame["setup"].unique()) if "setup" in frame else []
+    lines = [
+        "# Crafter benchmark (generated by `benchmarks/crafter_report.py`; do not edit)", "",
+        "Runs: " + ("; ".join(setups) if setups else "—") + " (from the runs' resolved config.yaml; "
+        "`benchmarks/crafter_benchmark.py` runs `config/crafter_cpu.yaml`).", "",
+        f"Evaluation of the learned policy "
+        f"**without** the prior on {', '.join(str(int(e)) for e in n_episodes)} separate episodes per point "
+        "(fixed layouts). Values: mean and 95% bootstrap CI over seeds (n = seeds; no interval for n = 1). "
+        "Crafter score S = exp(mean ln(1 + s_i)) − 1 over the 22 achievement success rates s_i in percent, "
+        "per run, then averaged. `random` = the uniform-random policy through the same evaluation code, "
+        "at the same eval points and layouts.", "",
+        "## Crafter score", "",
+        "| arm | n | " + " | ".join(f"score @{step_label(b)}" for b in budgets)
+        + f" | return @{step_label(last)} | API calls | env steps/s (train) |",
+        "|---|---|" + "---|" * (len(budgets) + 3),
+    ]
+    for arm in [*arms, RANDOM]:
+        data = random if arm == RANDOM else frame[frame["ablation"] == arm]
+        if not len(data):
+            continue
+        final = at_step(data, last)
+        scores = [fmt(ci(at_step(data, b)["crafter_score"])) for b in budgets]
+        if arm == RANDOM:
+            calls, speed = "0", "—"
+        else:
+            group = runs_table[runs_table["ablation"] == arm] if "ablation" in runs_table else pd.DataFrame()
+            calls = calls_text(group["llm_calls"]) if "llm_calls" in group else "0"
+            speed = fmt(ci(data.drop_duplicates("seed")["steps_per_s"]), 1)
+        lines.append(f"| {arm} | {final['seed'].nunique()} | {' | '.join(scores)} | "
+                     f"{fmt(ci(final['return_mean']))} | {calls} | {speed} |")
+    lines += ["", "API calls: LLM calls per run that reached the backend (mean, min–max over seeds; the scripted "
+              "advisor here). Env steps/s: env steps / wall time of the whole run (evaluations included), "
+              "as measured where the benchmark ran.", ""]
+
+    names = achievement_names(frame if len(frame) else random)
+    groups = [a for a in [*arms, RANDOM] if len(frame[frame["ablation"] == a]) or (a == RANDOM and len(random))]
+    lines += [f"## Achievement success rates at {last} env steps (%)", "",
+              "| achievement | " + " | ".join(groups) + " |", "|---|" + "---|" * len(groups)]
+    order = sorted(names, key=lambda c: (-np.nanmean(at_step(frame, last)[c]) if len(frame) else 0, c))
+    for column in order:
+        cells = []
+        for arm in groups:
+            data = at_step(random if arm == RANDOM else frame[frame["ablation"] == arm], last)
+            cells.append(fmt(ci(data[column]), 0, scale=100.0))
+        lines.append(f"| {column[4:]} | " + " | ".join(cells) + " |")
+    lines += ["", f"Figures: `{figure}` (score curves with the random baseline, per-achievement rates), "
+              f"`{workflow_figure}` (the workflow's achievements figure, same runs).", ""]
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--runs-root", type=Path, default=Path("results/bench_crafter"))
+    p.add_argument("--out", type=Path, default=Path("docs/benchmark"))
+    p.add_argument("--no-cli", action="store_true", help="skip `lore aggregate` / `lore figures` (tests)")
+    args = p.parse_args(argv)
+    base = args.out / "crafter"
+    tables, figures = base / "tables", base / "figures"
+    run_list, runs = finished_runs(args.runs_root, tables)
+    frame, random = read_eval(runs), read_random(args.runs_root)
+    if not len(frame):
+        print(f"crafter_report: no finished run under {args.runs_root}", file=sys.stderr)
+        return 1
+    budgets = budgets_of(frame)
+    if not args.no_cli:
+        common = ["--run-list", str(run_list), "--budgets", *map(str, budgets), "--headline-budget", str(budgets[-1])]
+        run_cli("aggregate", *common, "--out", str(tables))
+        run_cli("figures", *common, "--tables", str(tables), "--out", str(figures))
+    runs_table = pd.read_csv(tables / "runs.csv") if (tables / "runs.csv").is_file() else pd.DataFrame()
+    figure = figures / "crafter_score.png"
+    plot(frame, random, budgets[-1], figure)
+    rel = lambda path: path.relative_to(args.out).as_posix()  # noqa: E731
+    lines = report(frame, random, runs_table, budgets, rel(figure), rel(figures / "crafter_achievements.png"))
+    (args.out / "crafter.md").write_text("\n".join(lines))
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

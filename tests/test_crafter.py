@@ -1,0 +1,308 @@
+"""Crafter for real (issue 10): the CPU run config and its one declaration, the workflow configs that
+run Crafter, the random-policy baseline through the evaluation code, the benchmark and report scripts,
+Crafter prompts grounded in the symbolic state, and Crafter-specific bad input."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import yaml
+
+from lore import cli
+from lore.analysis import stats as st
+from lore.config import build_config, load_yaml, to_dict
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+import crafter_benchmark as bench  # noqa: E402
+import crafter_report as report  # noqa: E402
+from workflow_helpers import job_counts  # noqa: E402
+
+CPU_CONFIG = REPO / "config" / "crafter_cpu.yaml"
+WORKFLOW_CONFIG = REPO / "config" / "crafter.yaml"
+# A few env steps of the CPU config: enough for eval rows at three points, fast in a test.
+TINY = ["train.steps=40", "train.prefill=10", "train.batch_length=8", "eval.every=20", "eval.episodes=2",
+        "env.max_episode_steps=15", "model.preset=debug"]
+
+
+def _workflow_config(name: str) -> dict:
+    return yaml.safe_load((REPO / "config" / name).read_text())
+
+
+# --------------------------------------------------------------------------- the configurations
+
+
+def test_cpu_run_config_is_symbolic_crafter_on_cpu_for_every_arm():
+    from lore.presets import PRESETS
+
+    for arm in bench.ARMS:
+        cfg = build_config(load_yaml(CPU_CONFIG), ablation=arm)
+        assert (cfg.env.name, cfg.env.obs, cfg.device, cfg.model.preset) == ("crafter", "symbolic", "cpu", "xs")
+        assert cfg.model.deter == PRESETS["xs"]["deter"] and cfg.train.torch_threads == 1
+        assert cfg.train.steps >= 50_000 and cfg.train.steps % cfg.eval.every == 0
+        assert cfg.eval.episodes >= 10
+    # the benchmark's default steps are the config's (declared once)
+    assert bench.eval_steps(cfg.train.steps, cfg.eval.every)[-1] == cfg.train.steps
+
+
+def _resolved(args: list[str]) -> dict:
+    """The resolved config of a `lore train` argument list (``--config``, ``--set``, ``--ablation``, ``--seed``)."""
+    p = argparse.ArgumentParser()
+    p.add_argument("--config")
+    p.add_argument("--set", action="append", default=[])
+    p.add_argument("--ablation")
+    p.add_argument("--seed", type=int)
+    known, _ = p.parse_known_args(args)
+    cfg = build_config(load_yaml(REPO / known.config), [*known.set, f"seed={known.seed}"], known.ablation)
+    data = to_dict(cfg)
+    data["llm"].pop("cache_path")  # per-run cache (workflow) vs none (benchmark)
+    data["llm"].pop("shared_cache")
+    return data
+
+
+def test_the_workflow_and_the_benchmark_run_the_same_config(monkeypatch):
+    from lore.analysis.grid import check_workflow_config, train_command_args
+
+    monkeypatch.chdir(REPO)  # run_config is relative to the working directory, like snakemake's
+    config = _workflow_config("crafter.yaml")
+    assert config["run_config"] == "config/crafter_cpu.yaml"
+    jobs = check_workflow_config(config, environ={})
+    assert sorted((j.ablation, j.seed) for j in jobs) == sorted(bench.jobs(bench.ARMS, 3))
+    defaults = argparse.Namespace(steps=None, eval_every=None, eval_episodes=None, set=[])
+    for arm in bench.ARMS:
+        workflow = shlex.split(train_command_args(config, "crafter", arm, 1))
+        benchmark = bench.train_command(bench.RUN_CONFIG.relative_to(REPO), Path("run"), arm, 1,
+                                        bench.overrides(defaults))
+        assert _resolved(workflow) == _resolved(benchmark)
+
+
+def test_the_paper_grid_runs_crafter_on_pixels_with_preset_m():
+    from lore.analysis.grid import run_overrides
+
+    config = _workflow_config("paper.yaml")
+    assert "crafter" in config["envs"]
+    for arm in config["ablations"]:
+        sets = [f"{k}={v}" for k, v in run_overrides(config, "crafter", arm).items()]
+        cfg = build_config(None, [s.replace("=None", "=null") for s in sets], arm)
+        assert (cfg.env.obs, cfg.model.preset, cfg.device) == ("pixels", "m", "auto")
+        assert cfg.train.train_ratio == 512 and (cfg.train.batch_size, cfg.train.batch_length) == (16, 64)
+        assert cfg.dreamer.imag_last == 0  # DreamerV3 as published on the GPU; the CPU knob stays off
+        budgets = config["analysis"]["env_budgets"]["crafter"]
+        assert max(budgets) == cfg.train.steps
+        assert all(b % cfg.eval.every == 0 for b in budgets)  # every budget is an eval point
+
+
+def test_the_test_grid_keeps_a_tiny_crafter_job():
+    from lore.analysis.grid import run_overrides
+
+    config = _workflow_config("test.yaml")
+    assert "crafter" in config["envs"]
+    for arm in config["ablations"]:
+        sets = [f"{k}={v}" for k, v in run_overrides(config, "crafter", arm).items()]
+        cfg = build_config(None, [s.replace("=None", "=null") for s in sets], arm)
+        assert cfg.model.preset == "debug" and cfg.train.steps <= 400
+        assert cfg.eval.episodes == 1 and cfg.env.max_episode_steps <= 100
+
+
+def test_the_crafter_workflow_plans_the_grid_and_the_achievements_figure(tmp_path):
+    work = tmp_path / "work"
+    (work / "config").mkdir(parents=True)
+    shutil.copy(CPU_CONFIG, work / "config")  # run_config is relative to the working directory
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(work),
+                           "--configfile", str(WORKFLOW_CONFIG), "-n", "-p"], capture_output=True, text=True,
+                          timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "results/figures/crafter_achievements.png" in out and "results/tables/achievements.csv" in out
+    assert out.count("--config config/crafter_cpu.yaml") == 9
+    counts = job_counts(out)
+    assert counts["train"] == 9 and counts["figures"] == 1 and "paper" not in counts  # paper: false
+
+
+# --------------------------------------------------------------------------- the random-policy baseline
+
+
+def test_random_policy_is_evaluated_by_the_same_code_as_an_agent():
+    from lore.dreamer.agent import DreamerAgent
+    from lore.envs import make_env_from_config
+    from lore.train.evaluate import evaluate_policy
+    from lore.train.random_policy import UniformRandomPolicy, evaluate_random_policy
+
+    cfg = build_config(load_yaml(CPU_CONFIG), TINY)
+    result = evaluate_random_policy(cfg, eval_index=0)
+    assert evaluate_random_policy(cfg, eval_index=0) == result  # deterministic
+    env = make_env_from_config(cfg.env, seed=10_000_000 + cfg.seed)
+    agent = DreamerAgent(env.observation_space, int(env.action_space.n), cfg)
+    trained = evaluate_policy(agent, env, cfg, torch.device("cpu"), 0)
+    assert set(result) == set(trained)  # the columns of eval.csv
+    rates = [result[k] for k in sorted(result) if k.startswith("ach_")]
+    assert len(rates) == 22 and result["episodes"] == 2 and result["length_mean"] <= 15
+    assert result["crafter_score"] == pytest.approx(st.crafter_score(np.array(rates)))
+    policy = UniformRandomPolicy(17, seed=0)
+    actions = [int(policy.act(None, torch.ones(1, dtype=torch.bool), {}).action) for _ in range(3000)]
+    counts = np.bincount(actions, minlength=17)
+    assert counts.min() > 120 and counts.max() < 240  # uniform (expected 176 each)
+
+
+def test_crafter_score_of_eval_and_of_the_tables_is_one_function():
+    from lore.train.evaluate import crafter_score
+
+    rates = np.linspace(0, 1, 22)
+    assert crafter_score(list(100 * rates)) == pytest.approx(st.crafter_score(rates))
+    assert np.isnan(crafter_score([]))
+
+
+def test_benchmark_grid_order_eval_points_and_dry_run(capsys):
+    assert bench.jobs(("a", "b"), 2) == [("a", 0), ("b", 0), ("a", 1), ("b", 1)]
+    assert bench.eval_steps(50_000, 5_000) == list(range(0, 50_001, 5_000))
+    assert bench.eval_steps(320, 150) == [0, 150, 300, 320]
+    assert bench.main(["--dry-run", "--seeds", "5", "--steps", "1000", "--set", "eval.episodes=3"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 15 and all(f"--config {bench.RUN_CONFIG}" in line for line in lines)
+    assert all("train.steps=1000" in line and "eval.episodes=3" in line for line in lines)
+    assert "--ablation full_adversarial --seed 4" in lines[-1]
+
+
+def test_benchmark_rejects_a_bad_override_before_any_job(tmp_path, capsys):
+    assert bench.main(["--out", str(tmp_path / "b"), "--set", "env.crafter_view=8"]) == 2
+    assert "env.crafter_view" in capsys.readouterr().err
+    assert not (tmp_path / "b").exists()
+
+
+def test_random_baseline_is_written_at_the_eval_points_and_not_recomputed(tmp_path):
+    path = bench.random_baseline(tmp_path, CPU_CONFIG, 1, TINY)
+    frame = pd.read_csv(path)
+    assert frame["env_step"].tolist() == [0, 20, 40] and (frame["episodes"] == 2).all()
+    assert {c for c in frame if c.startswith("ach_")} and "crafter_score" in frame
+    stamp = path.stat().st_mtime_ns
+    assert bench.random_baseline(tmp_path, CPU_CONFIG, 1, TINY) == path and path.stat().st_mtime_ns == stamp
+
+
+def test_report_from_runs_states_score_achievements_calls_speed_and_the_random_baseline(tmp_path, capsys):
+    from lore.analysis.synthetic import SyntheticRun, write_run
+
+    root = tmp_path / "bench"
+    for arm in bench.ARMS:
+        for seed in (0, 1):
+            write_run(root / arm / f"seed{seed}", SyntheticRun(env="crafter", ablation=arm, seed=seed, steps=2000,
+                                                               eval_every=500, eval_episodes=10))
+    write_run(root / "full" / "seed2", SyntheticRun(env="crafter", ablation="full", seed=2, steps=2000,
+                                                    eval_every=500, complete=False))
+    sets = ["train.steps=2000", "train.prefill=10", "train.batch_length=8", "eval.every=500", "eval.episodes=2",
+            "env.max_episode_steps=15"]
+    for seed in (0, 1):
+        bench.random_baseline(root, CPU_CONFIG, seed, sets)
+    out = tmp_path / "docs"
+    assert report.main(["--runs-root", str(root), "--out", str(out), "--no-cli"]) == 0
+    assert "full/seed2 has not finished; left out" in capsys.readouterr().err
+    text = (out / "crafter.md").read_text()
+    assert (out / "crafter" / "figures" / "crafter_score.png").stat().st_size > 10_000
+    rows = {line.split(" | ")[0][2:]: line for line in text.splitlines() if line.startswith("| ")}
+    for arm in (*bench.ARMS, "random"):
+        assert rows[arm].split(" | ")[1] == "2", rows[arm]  # n = 2 seeds (the unfinished run left out)
+    final = [pd.read_csv(root / "full" / f"seed{s}" / "eval.csv").iloc[-1]["crafter_score"] for s in (0, 1)]
+    assert f"{np.mean(final):.2f} [" in rows["full"].split(" | ")[4]  # score @2k, with its CI
+    assert "| score @500 | score @1k | score @2k | return @2k |" in text
+    achievement_rows = [r for r in rows if r in {n[4:] for n in pd.read_csv(
+        root / "full" / "seed0" / "eval.csv").columns if n.startswith("ach_")}]
+    assert len(achievement_rows) == 22
+    again = (out / "crafter.md").read_text()
+    report.main(["--runs-root", str(root), "--out", str(out), "--no-cli"])
+    assert (out / "crafter.md").read_text() == again  # nothing typed by hand, nothing random
+
+
+# --------------------------------------------------------------------------- prompts grounded in the state
+
+
+def test_crafter_prompt_is_grounded_in_the_symbolic_state():
+    from lore.envs import make_env
+    from lore.envs.crafter import INVENTORY_NAMES, MATERIAL_NAMES, nearest_by_kind, offset_text
+    from lore.llm.prompt import build_prompt
+    from lore.llm.scripted import ScriptedAdvisor
+
+    env = make_env("crafter", seed=3)
+    env.reset()
+    advisor = ScriptedAdvisor()
+    wood = INVENTORY_NAMES.index("wood")
+    for _ in range(300):  # follow the good advisor until it has collected wood
+        answer = advisor.advise(env.state_snapshot(), "crafter", env.action_names)
+        env.step(int(np.argmax(answer["action_prior"]["logits"])))
+        if env.state_snapshot()["inventory"][wood] >= 1:
+            break
+    snap = env.state_snapshot()
+    assert snap["inventory"][wood] >= 1, "the scripted advisor did not reach a tree"
+    prompt = build_prompt(env.describe(), env.action_names, "crafter")
+    inventory = dict(zip(INVENTORY_NAMES, snap["inventory"].tolist(), strict=True))
+    assert f"Inventory: {inventory['wood']} wood" in prompt
+    assert (f"Vitals (0-9): health {inventory['health']}, food {inventory['food']}, drink {inventory['drink']}, "
+            f"energy {inventory['energy']}.") in prompt
+    unlocked = int(snap["achievements"].sum())
+    assert f"Achievements this episode ({unlocked}/22): " in prompt and "collect_wood" in prompt
+    centre = snap["semantic"].shape[0] // 2
+    for sid, (dx, dy, count) in nearest_by_kind(snap["semantic"]).items():
+        assert f"{MATERIAL_NAMES[sid]} {offset_text(dx, dy)} ({count} in view)" in prompt
+        assert snap["semantic"][centre + dx, centre + dy] == sid  # the offset points at that material
+    fx, fy = snap["facing"]
+    assert f"directly in front: {MATERIAL_NAMES[snap['semantic'][centre + fx, centre + fy]]}." in prompt
+
+
+# --------------------------------------------------------------------------- Crafter-specific bad input
+
+
+def _reject(tmp_path, capsys, args: list[str], needle: str) -> None:
+    run_dir = tmp_path / "out" / "run"
+    capsys.readouterr()
+    try:
+        rc = cli.main(["train", "--run-dir", str(run_dir), *args])
+    except SystemExit as e:
+        rc = e.code
+    err = capsys.readouterr().err
+    lines = err.splitlines()
+    assert rc == 2 and len(lines) == 1 and lines[0].startswith("lore: error: "), err
+    assert needle in lines[0] and "Traceback" not in err, lines[0]
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("overrides, needle", [
+    (["env.name=crafter", "env.view=full"], "env.view"),
+    (["env.name=crafter", "env.obs=pixels", "env.crafter_view=7"], "env.crafter_view"),
+    (["env.crafter_view=7"], "env.crafter_view"),  # MiniGrid ignores it
+    (["env.name=MiniGrid-Empty-5x5-v0", "env.crafter_area=32"], "env.crafter_area"),
+    (["env.name=crafter", "env.crafter_view=4"], "env.crafter_view"),
+    (["env.name=crafter", "env.crafter_area=15"], "env.crafter_area"),
+    (["env.name=crafter", "env.crafter_view=65"], "env.crafter_view"),
+    (["env.name=crafter", "env.crafter_area=16", "env.crafter_view=17"], "env.crafter_view"),
+    (["env.name=crafter", "env.max_episode_steps=0"], "env.max_episode_steps"),
+    (["env.name=crafter", "env.crafter_view=9.5"], "env.crafter_view"),
+])
+def test_crafter_settings_are_validated_like_the_rest(tmp_path, capsys, overrides, needle):
+    _reject(tmp_path, capsys, [a for o in overrides for a in ("--set", o)], needle)
+
+
+def test_crafter_settings_in_a_config_file(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("env: {name: crafter, view: full}\n")
+    _reject(tmp_path, capsys, ["--config", str(bad)], "env.view")
+    ok = build_config(load_yaml(CPU_CONFIG), ["env.obs=both", "env.crafter_view=7"])
+    assert ok.env.crafter_view == 7  # a smaller symbolic map next to the pixels is fine
+
+
+def test_a_workflow_that_sets_crafter_keys_for_minigrid_names_the_field():
+    from lore.analysis.grid import GridError, check_workflow_config
+
+    config = _workflow_config("test.yaml")
+    config["run"] = {**config["run"], "env.crafter_view": 7}
+    with pytest.raises(GridError, match=r"^run: env.crafter_view \(7\) only applies to Crafter"):
+        check_workflow_config(config, environ={})
+    config["run"].pop("env.crafter_view")
+    config["env_run"]["crafter"]["env.crafter_view"] = 7
+    check_workflow_config(config, environ={})  # where it belongs
