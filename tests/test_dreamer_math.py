@@ -9,20 +9,27 @@ from lore.config import build_config
 from lore.dreamer.math import (
     ReturnNormalizer,
     build_loss_scales,
+    categorical_entropy,
     check_scales_used,
     combine_losses,
     free_bits_kl,
+    gumbel_noise,
     kl_balance,
     kl_categorical,
     lambda_returns,
     make_bins,
+    percentile_range,
     percentile_return_scale,
+    sample_one_hot,
+    straight_through,
     symexp,
     symlog,
     twohot_decode,
     twohot_encode,
+    twohot_log_prob,
     twohot_loss,
     twohot_mean_symlog,
+    unimix_logits,
     unimix_probs,
 )
 from lore.dreamer.networks import MLP
@@ -222,3 +229,181 @@ def test_loss_scales_table_checks():
         check_scales_used(scales, ["decoder"])
     check_scales_used(scales, list(scales))
     assert combine_losses({"dyn": one, "rep": one}, scales).item() == pytest.approx(0.6)
+
+
+# --------------------------------------------------------------------------- ingredient checks (issue 13)
+# Hand-computed values and invariants that fail when one DreamerV3 ingredient is broken; the mutation
+# check (benchmarks/mutation_check.py, docs/testing.md) runs these tests against single mutations.
+
+
+def test_bins_are_uniform_in_symlog_space():
+    # DreamerV3: 255 bins spaced uniformly over symlog [-20, 20] (official ``symlog_disc`` head)
+    bins = make_bins()
+    assert bins.shape == (255,) and bins[0].item() == -20.0 and bins[-1].item() == 20.0
+    torch.testing.assert_close(torch.diff(bins), torch.full((254,), 40.0 / 254.0), rtol=0, atol=1e-5)
+
+
+def test_twohot_log_prob_hand_computed():
+    bins = make_bins(5, limit=2.0)  # [-2, -1, 0, 1, 2] in symlog space
+    log_probs = torch.log(torch.tensor([0.1, 0.2, 0.3, 0.25, 0.15]))
+    # raw 2.0 -> symlog ln 3 = 1.0986: 90.14% on bin 1 (index 3), 9.86% on bin 2 (index 4)
+    w = math.log(3.0) - 1.0
+    expected = (1 - w) * math.log(0.25) + w * math.log(0.15)
+    assert twohot_log_prob(log_probs, torch.tensor(2.0), bins).item() == pytest.approx(expected, rel=1e-5)
+    # raw -0.5 -> symlog -ln 1.5 = -0.405: between bins -1 (index 1) and 0 (index 2)
+    y = -math.log(1.5)
+    expected = -y * math.log(0.2) + (1 + y) * math.log(0.3)
+    assert twohot_log_prob(log_probs, torch.tensor(-0.5), bins).item() == pytest.approx(expected, rel=1e-5)
+    # beyond the support: all weight on the last bin
+    assert twohot_log_prob(log_probs, torch.tensor(1e9), bins).item() == pytest.approx(math.log(0.15), rel=1e-6)
+    # the loss normalises raw logits itself
+    logits = torch.tensor([3.0, 1.0, 0.0, -1.0, 2.0])
+    torch.testing.assert_close(twohot_loss(logits, torch.tensor(2.0), bins),
+                               -twohot_log_prob(torch.log_softmax(logits, -1), torch.tensor(2.0), bins))
+
+
+def test_twohot_decode_hand_computed():
+    bins = make_bins(5, limit=2.0)
+    probs = torch.tensor([0.1, 0.2, 0.3, 0.25, 0.15])
+    mean = -2 * 0.1 - 0.2 + 0.25 + 2 * 0.15  # expectation in symlog space = 0.15
+    assert twohot_mean_symlog(probs, bins).item() == pytest.approx(mean, abs=1e-7)
+    # decoding maps the symlog-space mean back with symexp: e^0.15 - 1
+    assert twohot_decode(torch.log(probs), bins).item() == pytest.approx(math.expm1(mean), rel=1e-6)
+
+
+def test_kl_is_summed_over_latents_hand_computed():
+    # two latents of two classes: p = [(.5, .5), (.9, .1)], q uniform
+    p = torch.log(torch.tensor([[0.5, 0.5], [0.9, 0.1]]))
+    q = torch.log(torch.full((2, 2), 0.5))
+    kl_second = 0.9 * math.log(0.9 / 0.5) + 0.1 * math.log(0.1 / 0.5)
+    assert kl_categorical(p, q).item() == pytest.approx(0.0 + kl_second, rel=1e-6)  # summed, not averaged
+    reverse = 0.5 * math.log(0.5 / 0.9) + 0.5 * math.log(0.5 / 0.1)
+    assert kl_categorical(q, p).item() == pytest.approx(reverse, rel=1e-6)  # KL(p || q), not KL(q || p)
+    # 32 identical latents carry 32 times the KL of one
+    p32, q32 = p[1:].expand(32, 2), q[1:].expand(32, 2)
+    assert kl_categorical(p32, q32).item() == pytest.approx(32 * kl_second, rel=1e-5)
+
+
+def test_categorical_entropy_hand_computed():
+    logits = torch.log(torch.tensor([0.5, 0.25, 0.25]))
+    assert categorical_entropy(logits).item() == pytest.approx(1.5 * math.log(2.0), rel=1e-6)
+    assert categorical_entropy(torch.zeros(7)).item() == pytest.approx(math.log(7.0), rel=1e-6)
+
+
+def test_unimix_logits_are_normalised_with_a_floor():
+    logits = torch.tensor([[50.0, -50.0, -50.0, -50.0]])
+    mixed = unimix_logits(logits, 0.01)
+    torch.testing.assert_close(mixed.exp().sum(-1), torch.ones(1))
+    assert mixed.exp().min().item() == pytest.approx(0.01 / 4, rel=1e-5)
+    torch.testing.assert_close(unimix_logits(logits, 0.0), torch.log_softmax(logits, -1))
+
+
+def test_gumbel_max_samples_follow_the_softmax():
+    # sample_one_hot with gumbel_noise draws from softmax(logits) (categorical latents and actions)
+    probs = torch.tensor([0.6, 0.3, 0.1])
+    n = 40_000
+    gen = torch.Generator().manual_seed(0)
+    noise = gumbel_noise((n, 3), gen, "cpu")
+    samples = sample_one_hot(torch.log(probs).expand(n, 3), noise)
+    assert torch.all(samples.sum(-1) == 1.0)
+    torch.testing.assert_close(samples.mean(0), probs, rtol=0, atol=0.012)  # ~5 standard errors
+
+
+def test_straight_through_forward_is_the_sample_backward_is_the_probabilities():
+    probs = torch.tensor([0.2, 0.5, 0.3], requires_grad=True)
+    one_hot = torch.tensor([1.0, 0.0, 0.0])
+    out = straight_through(one_hot, probs)
+    assert torch.equal(out.detach(), one_hot)
+    (out * torch.tensor([1.0, 2.0, 3.0])).sum().backward()
+    assert probs.grad.tolist() == [1.0, 2.0, 3.0]
+
+
+def test_a_termination_cuts_everything_after_it():
+    gen = torch.Generator().manual_seed(0)
+    rewards, values = torch.randn(6, 2, generator=gen), torch.randn(7, 2, generator=gen)
+    conts = torch.ones(6, 2)
+    conts[2] = 0.0  # s_3 is terminal
+    ret = lambda_returns(rewards, values, conts, 0.9, 0.95)
+    later_r, later_v = rewards.clone(), values.clone()
+    later_r[3:] += 100.0
+    later_v[3:] -= 100.0
+    torch.testing.assert_close(lambda_returns(later_r, later_v, conts, 0.9, 0.95)[:3], ret[:3])
+    torch.testing.assert_close(ret[2], rewards[2])  # the terminal transition earns its reward only
+    # without the termination the same change does reach the earlier returns
+    assert not torch.allclose(lambda_returns(later_r, later_v, torch.ones(6, 2), 0.9, 0.95)[:3],
+                              lambda_returns(rewards, values, torch.ones(6, 2), 0.9, 0.95)[:3])
+
+
+def test_gradchecks_of_the_differentiable_maths():
+    gen = torch.Generator().manual_seed(0)
+    bins = make_bins(7, limit=3.0).double()
+    logits = torch.randn(2, 3, 7, dtype=torch.float64, generator=gen, requires_grad=True)
+    target = torch.tensor([[0.3, -2.0, 5.0], [0.0, 1.0, -0.7]], dtype=torch.float64)
+    assert torch.autograd.gradcheck(lambda lg: twohot_loss(lg, target, bins), (logits,))
+    p = torch.randn(2, 3, 4, dtype=torch.float64, generator=gen, requires_grad=True)
+    q = torch.randn(2, 3, 4, dtype=torch.float64, generator=gen, requires_grad=True)
+    assert torch.autograd.gradcheck(kl_categorical, (p, q))
+    assert torch.autograd.gradcheck(lambda lg: categorical_entropy(lg), (p,))
+    rewards = torch.randn(4, 2, dtype=torch.float64, generator=gen, requires_grad=True)
+    values = torch.randn(5, 2, dtype=torch.float64, generator=gen, requires_grad=True)
+    conts = torch.tensor([[1.0, 1.0], [0.0, 1.0], [1.0, 1.0], [1.0, 0.0]], dtype=torch.float64)
+    assert torch.autograd.gradcheck(lambda r, v: lambda_returns(r, v, conts, 0.9, 0.95), (rewards, values))
+    x = torch.tensor([-3.0, -0.2, 0.4, 2.5], dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(symlog, (x,))
+    # d symlog / dx = 1 / (1 + |x|)
+    (grad,) = torch.autograd.grad(symlog(x).sum(), x)
+    torch.testing.assert_close(grad, 1.0 / (1.0 + x.detach().abs()))
+
+
+def test_every_loss_scale_reads_its_own_config_field():
+    cfg = build_config(overrides=[
+        "dreamer.decoder_scale=2.0", "dreamer.reward_scale=3.0", "dreamer.continue_scale=4.0",
+        "dreamer.kl_dyn=0.6", "dreamer.kl_rep=0.2", "dreamer.slow_critic_reg=0.7", "dreamer.ensemble_scale=0.3"])
+    assert build_loss_scales(cfg) == {"decoder": 2.0, "reward": 3.0, "continue": 4.0, "dyn": 0.6, "rep": 0.2,
+                                      "ensemble": 0.3, "actor": 1.0, "prior": 1.0, "critic": 1.0, "slow_reg": 0.7}
+    one = torch.tensor(1.0)
+    total = combine_losses({"decoder": one, "continue": 2 * one, "slow_reg": one}, build_loss_scales(cfg))
+    assert total.item() == pytest.approx(2.0 + 8.0 + 0.7)
+
+
+def test_smallest_support_and_dtype_preserved():
+    torch.testing.assert_close(make_bins(3, limit=5.0), torch.tensor([-5.0, 0.0, 5.0]))
+    for bad in (1, 2, 4):
+        with pytest.raises(ValueError, match="odd number >= 3"):
+            make_bins(bad)
+    bins = make_bins(255).double()
+    target = twohot_encode(torch.tensor([0.7, -3.0], dtype=torch.float64), bins)
+    assert target.dtype == torch.float64
+    torch.testing.assert_close(twohot_mean_symlog(target, bins), symlog(torch.tensor([0.7, -3.0], dtype=torch.float64)))
+
+
+def test_lambda_returns_shape_errors_name_the_shapes():
+    rewards, conts = torch.zeros(4, 2), torch.ones(4, 2)
+    with pytest.raises(ValueError, match=r"rewards \(4, 2\) and continues \(3, 2\) must have the same shape"):
+        lambda_returns(rewards, torch.zeros(5, 2), conts[:3], 0.9, 0.95)
+    with pytest.raises(ValueError, match=r"values must be \[T\+1, B\] = \(5, 2\), got \(4, 2\)"):
+        lambda_returns(rewards, torch.zeros(4, 2), conts, 0.9, 0.95)
+
+
+def test_percentiles_default_to_5_and_95_and_honour_other_choices():
+    returns = torch.linspace(0.0, 1000.0, 1001)
+    lo, hi = percentile_range(returns)
+    assert (lo.item(), hi.item()) == (pytest.approx(50.0), pytest.approx(950.0))
+    assert percentile_return_scale(returns, 10.0, 80.0).item() == pytest.approx(700.0, rel=1e-5)
+    norm = ReturnNormalizer(decay=0.0, low=10.0, high=80.0)  # decay 0: the last batch only
+    norm.update(returns)
+    assert (norm.low.item(), norm.high.item()) == (pytest.approx(100.0), pytest.approx(800.0))
+
+
+def test_return_normalizer_rejects_bad_settings_at_the_boundaries():
+    ReturnNormalizer(decay=0.0, low=0.0, high=100.0)  # the closed ends are allowed
+    for kwargs, message in (({"decay": 1.0}, r"retnorm_decay must be in \[0, 1\)"), ({"decay": -0.1}, "retnorm_decay"),
+                            ({"low": 50.0, "high": 50.0}, "0 <= low < high <= 100"),
+                            ({"low": -1.0}, "percentiles"), ({"high": 100.5}, "percentiles")):
+        with pytest.raises(ValueError, match=message):
+            ReturnNormalizer(**kwargs)
+
+
+def test_combine_losses_needs_at_least_one_loss():
+    with pytest.raises(ValueError, match="combine_losses: no losses given"):
+        combine_losses({}, build_loss_scales(build_config()))
