@@ -150,6 +150,8 @@ def test_free_bits_clamp_value_and_gradient():
     (dyn_loss.sum() + rep_loss.sum()).backward()
     assert dyn.grad.tolist() == [0.0, 1.0]
     assert rep.grad.tolist() == [0.0, 1.0]
+    # DreamerV3's default: 1 nat
+    assert free_bits_kl(torch.tensor([0.5, 1.5]), torch.tensor([0.5, 1.5]))[0].tolist() == [1.0, 1.5]
 
 
 def test_unimix_floor_on_every_class():
@@ -256,6 +258,14 @@ def test_twohot_log_prob_hand_computed():
     assert twohot_log_prob(log_probs, torch.tensor(-0.5), bins).item() == pytest.approx(expected, rel=1e-5)
     # beyond the support: all weight on the last bin
     assert twohot_log_prob(log_probs, torch.tensor(1e9), bins).item() == pytest.approx(math.log(0.15), rel=1e-6)
+    # symlog -1.5, between the two lowest bins; and below the support: all weight on the first bin
+    expected = 0.5 * math.log(0.1) + 0.5 * math.log(0.2)
+    assert twohot_log_prob(log_probs, symexp(torch.tensor(-1.5)), bins).item() == pytest.approx(expected, rel=1e-5)
+    assert twohot_log_prob(log_probs, torch.tensor(-1e9), bins).item() == pytest.approx(math.log(0.1), rel=1e-6)
+    # one distribution scored against several targets (broadcasting)
+    targets = torch.tensor([[2.0, 1e9], [-1e9, 0.0]])
+    manual = torch.stack([twohot_log_prob(log_probs, t, bins) for t in targets.flatten()]).reshape(2, 2)
+    torch.testing.assert_close(twohot_log_prob(log_probs, targets, bins), manual)
     # the loss normalises raw logits itself
     logits = torch.tensor([3.0, 1.0, 0.0, -1.0, 2.0])
     torch.testing.assert_close(twohot_loss(logits, torch.tensor(2.0), bins),
@@ -279,6 +289,9 @@ def test_kl_is_summed_over_latents_hand_computed():
     assert kl_categorical(p, q).item() == pytest.approx(0.0 + kl_second, rel=1e-6)  # summed, not averaged
     reverse = 0.5 * math.log(0.5 / 0.9) + 0.5 * math.log(0.5 / 0.1)
     assert kl_categorical(q, p).item() == pytest.approx(reverse, rel=1e-6)  # KL(p || q), not KL(q || p)
+    # leading batch dims are kept: the softmax runs over the classes (last dim) only
+    batched = kl_categorical(torch.stack([p, q, p]), torch.stack([q, q, p]))
+    torch.testing.assert_close(batched, torch.tensor([kl_second, 0.0, 0.0]), rtol=1e-5, atol=1e-7)
     # 32 identical latents carry 32 times the KL of one
     p32, q32 = p[1:].expand(32, 2), q[1:].expand(32, 2)
     assert kl_categorical(p32, q32).item() == pytest.approx(32 * kl_second, rel=1e-5)
@@ -296,6 +309,12 @@ def test_unimix_logits_are_normalised_with_a_floor():
     torch.testing.assert_close(mixed.exp().sum(-1), torch.ones(1))
     assert mixed.exp().min().item() == pytest.approx(0.01 / 4, rel=1e-5)
     torch.testing.assert_close(unimix_logits(logits, 0.0), torch.log_softmax(logits, -1))
+    # the default is DreamerV3's 1%; mixing 0 leaves the softmax over the last dim of any shape
+    batch = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(unimix_logits(batch), unimix_logits(batch, 0.01))
+    torch.testing.assert_close(unimix_probs(batch), unimix_probs(batch, 0.01))
+    torch.testing.assert_close(unimix_logits(batch, 0.0), torch.log_softmax(batch, -1))
+    torch.testing.assert_close(unimix_probs(batch, 0.0), torch.softmax(batch, -1))
 
 
 def test_gumbel_max_samples_follow_the_softmax():
@@ -304,6 +323,7 @@ def test_gumbel_max_samples_follow_the_softmax():
     n = 40_000
     gen = torch.Generator().manual_seed(0)
     noise = gumbel_noise((n, 3), gen, "cpu")
+    assert noise.dtype == torch.float32 and gumbel_noise((2, 3), gen, "cpu", torch.float64).dtype == torch.float64
     samples = sample_one_hot(torch.log(probs).expand(n, 3), noise)
     assert torch.all(samples.sum(-1) == 1.0)
     torch.testing.assert_close(samples.mean(0), probs, rtol=0, atol=0.012)  # ~5 standard errors
@@ -405,5 +425,5 @@ def test_return_normalizer_rejects_bad_settings_at_the_boundaries():
 
 
 def test_combine_losses_needs_at_least_one_loss():
-    with pytest.raises(ValueError, match="combine_losses: no losses given"):
+    with pytest.raises(ValueError, match="^combine_losses: no losses given$"):
         combine_losses({}, build_loss_scales(build_config()))
