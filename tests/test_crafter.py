@@ -85,14 +85,19 @@ def test_the_workflow_and_the_benchmark_run_the_same_config(monkeypatch):
         assert _resolved(workflow) == _resolved(benchmark)
 
 
-def test_the_paper_grid_runs_crafter_on_pixels_with_preset_m():
+def _crafter_run_configs(config: dict):
+    """The resolved RunConfig of every Crafter arm of a workflow config (which must contain Crafter)."""
     from lore.analysis.grid import run_overrides
 
-    config = _workflow_config("paper.yaml")
     assert "crafter" in config["envs"]
     for arm in config["ablations"]:
         sets = [f"{k}={v}" for k, v in run_overrides(config, "crafter", arm).items()]
-        cfg = build_config(None, [s.replace("=None", "=null") for s in sets], arm)
+        yield build_config(None, [s.replace("=None", "=null") for s in sets], arm)
+
+
+def test_the_paper_grid_runs_crafter_on_pixels_with_preset_m():
+    config = _workflow_config("paper.yaml")
+    for cfg in _crafter_run_configs(config):
         assert (cfg.env.obs, cfg.model.preset, cfg.device) == ("pixels", "m", "auto")
         assert cfg.train.train_ratio == 512 and (cfg.train.batch_size, cfg.train.batch_length) == (16, 64)
         assert cfg.dreamer.imag_last == 0  # DreamerV3 as published on the GPU; the CPU knob stays off
@@ -102,13 +107,7 @@ def test_the_paper_grid_runs_crafter_on_pixels_with_preset_m():
 
 
 def test_the_test_grid_keeps_a_tiny_crafter_job():
-    from lore.analysis.grid import run_overrides
-
-    config = _workflow_config("test.yaml")
-    assert "crafter" in config["envs"]
-    for arm in config["ablations"]:
-        sets = [f"{k}={v}" for k, v in run_overrides(config, "crafter", arm).items()]
-        cfg = build_config(None, [s.replace("=None", "=null") for s in sets], arm)
+    for cfg in _crafter_run_configs(_workflow_config("test.yaml")):
         assert cfg.model.preset == "debug" and cfg.train.steps <= 400
         assert cfg.eval.episodes == 1 and cfg.env.max_episode_steps <= 100
 

@@ -49,7 +49,7 @@ from lore.prior.kl_control import (
 )
 from lore.prior.mixing import categorical_entropy, mix_logits
 from lore.prior.temperature import fit_temperature
-from lore.prior.trust import AdviceTrust, replicated_best_action
+from lore.prior.trust import AdviceTrust, advice_value_z, replicated_best_action
 
 _STATE_VERSION = 2
 _LABEL_CAPACITY = 4096
@@ -179,10 +179,7 @@ class PriorLayer:
         Uninformed advice (trust 0.5) acts at full strength, so good advice can lead the agent to the
         reward that produces the evidence; advice the critic rates below average fades out.
         """
-        if not self.cfg.trust or source is None:
-            return torch.ones(batch, device=device)
-        trust = self.trust.values_for(torch.as_tensor(source, device=device).reshape(-1)).to(device)
-        return (2.0 * trust).clamp(max=1.0)
+        return (2.0 * self._trust_per_row(source, batch, device)).clamp(max=1.0)
 
     def absorb_weight(self, source: torch.Tensor | None, rows: int, device: torch.device) -> torch.Tensor:
         """Per-row weight of the KL absorption term: ``clip(2 * trust - 1, 0, 1)`` (1 without ``prior.trust``).
@@ -194,10 +191,13 @@ class PriorLayer:
         the adversarial advisor, absorbing from the start collapsed the actor's entropy to 0.27 nats and
         its eval success to 0 (from 0.15 for the untrained policy) before any reward could be seen.
         """
+        return (2.0 * self._trust_per_row(source, rows, device) - 1.0).clamp(0.0, 1.0)
+
+    def _trust_per_row(self, source: torch.Tensor | None, rows: int, device: torch.device) -> torch.Tensor:
+        """Trust of each row's advice source ``[rows]``; 1 (fully trusted) without ``prior.trust`` or a source."""
         if not self.cfg.trust or source is None:
             return torch.ones(rows, device=device)
-        trust = self.trust.values_for(torch.as_tensor(source, device=device).reshape(-1)).to(device)
-        return (2.0 * trust - 1.0).clamp(0.0, 1.0)
+        return self.trust.values_for(torch.as_tensor(source, device=device).reshape(-1)).to(device)
 
     def act(self, logits_wm: torch.Tensor, prior_logits: torch.Tensor | None, mask: torch.Tensor,
             u: Mapping[str, torch.Tensor] | None, env_step: int,
@@ -417,8 +417,6 @@ class PriorLayer:
         The mean over draws (return-scale units) feeds the per-source trust (value z-score of the
         advice); states where all ``D`` draws agree on the best action give the temperature's labels.
         """
-        from lore.prior.trust import advice_value_z
-
         q_draws = q_values[:, None, :] if q_values.dim() == 2 else q_values
         if (q_draws.dim() != 3 or q_draws.shape[::2] != prior_logits.shape
                 or codes.shape != q_draws.shape[:1]):

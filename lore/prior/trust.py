@@ -16,8 +16,8 @@ earns trust (-> 1), advice it rates worse loses it (-> 0).
 A second, model-free piece of evidence comes from realised returns: the prior layer runs a share of
 episodes as *control episodes* without the prior, and :class:`EpisodeComparison` keeps running means
 and variances of the returns of advised and control episodes. Their Welch t-statistic
-``t = (mean_adv - mean_ctrl) / se`` is added to the value evidence of every source that the LLM wrote
-(its answers and its plans): ``trust = sigmoid(gain * (m + t))``. Measured on DoorKey at 8k steps, the
+``t = (mean_adv - mean_ctrl) / se`` is added to the value evidence of every source (advised episodes
+mix them all): ``trust = sigmoid(gain * (m + t))``. Measured on DoorKey at 8k steps, the
 critic barely ranks single actions (one-step Q spread across actions 0.001 against 0.004 of sampling
 noise; the good advisor's action ranked best on 29% of states), while whole episodes differ clearly.
 
@@ -127,10 +127,6 @@ class EpisodeComparison:
         self.stats = {k: [float(x) for x in state[k]] for k in ("advised", "control")}
 
 
-EPISODE_SOURCES = ADVICE_SOURCES
-"""Sources the episode comparison speaks for: all of them. An advised episode mixes whatever answered
-(the LLM, its plan, PriorNet in its stead), so the comparison cannot attribute between them, and PriorNet
-answers only while its held-out KL to the LLM is small, i.e. while it says what the LLM would say."""
 
 
 class AdviceTrust:
@@ -168,8 +164,13 @@ class AdviceTrust:
         return self._ema[name] / (1.0 - self.decay ** count)
 
     def evidence(self, name: str) -> float:
-        """Value z-score EMA plus, for what the LLM wrote, the advised-vs-control episode t-statistic."""
-        return self.mean_z(name) + (self.episodes.t_statistic() if name in EPISODE_SOURCES else 0.0)
+        """Value z-score EMA plus the advised-vs-control episode t-statistic.
+
+        The episode evidence counts for every source: an advised episode mixes whatever answered (the LLM,
+        its plan, PriorNet in its stead), so the comparison cannot attribute between them, and PriorNet
+        answers only while its held-out KL to the LLM is small, i.e. while it says what the LLM would say.
+        """
+        return self.mean_z(name) + self.episodes.t_statistic()
 
     def value(self, name: str) -> float:
         """Trust in ``[0, 1]`` of one source (0.5 before any evidence)."""
