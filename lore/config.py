@@ -204,7 +204,10 @@ class PriorConfig:
     """Scale beta by the per-source advice trust (lore.prior.trust): advice the critic rates worse
     than an average action loses its influence, and through beta its KL pull on the actor."""
     trust_gain: float = 3.0
-    """trust = sigmoid(trust_gain * (EMA of the advice's value z-score + advised-vs-control episode t)); 0.5 without evidence."""
+    """trust = sigmoid(trust_gain * (EMA of the advice's value z-score + advised-vs-control episode t beyond
+    its dead zone)); 0.5 without evidence."""
+    trust_dead_zone: float = 1.0
+    """Standard errors of the advised-vs-control episode t that count as no evidence (see lore.prior.trust)."""
     trust_decay: float = 0.99
     """EMA decay of the trust evidence, per update."""
     trust_min_gap: float = 1e-3
@@ -725,6 +728,7 @@ LIMITS: dict[str, Limit] = {
     "prior.gate_full_at": Limit(0.0, 1.0, lo_open=True),  # the uncertainty u lies in [0, 1]
     "prior.trust_gain": _POSITIVE,
     "prior.trust_decay": _DECAY,
+    "prior.trust_dead_zone": _closed(0.0, 100.0),
     "prior.trust_min_gap": Limit(0.0, MAX_SCALE, lo_open=True),
     "prior.trust_states": _closed(1, 1_000_000),
     "prior.advice_samples": _closed(1, 64),

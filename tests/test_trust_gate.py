@@ -539,9 +539,10 @@ def test_episode_comparison_moves_the_trust_of_what_the_llm_wrote():
         cmp.observe(r, control=False)
     for r in (0.0, 0.5):
         cmp.observe(r, control=True)
-    # hand-computed Welch t: advised mean 0.616.., control 0.1667
+    # hand-computed Student t with the pooled within-group variance: advised mean 0.616.., control 0.1667
     adv, ctl = torch.tensor([1.0, 0.0, 1.0, 0.8, 0.9, 0.0]), torch.tensor([0.0, 0.0, 0.5])
-    se = math.sqrt(adv.var(unbiased=False) / 6 + ctl.var(unbiased=False) / 3 + 1e-6)
+    pooled = (((adv - adv.mean()) ** 2).sum() + ((ctl - ctl.mean()) ** 2).sum()) / 9
+    se = math.sqrt(pooled * (1 / 6 + 1 / 3) + 1e-6)
     assert cmp.t_statistic() == pytest.approx(float((adv.mean() - ctl.mean()) / se), rel=1e-6)
 
     layer = PriorLayer(prior_cfg(trust=True, control_episodes=0.5), A, num_envs=1)
@@ -556,3 +557,52 @@ def test_episode_comparison_moves_the_trust_of_what_the_llm_wrote():
     resumed = PriorLayer(prior_cfg(trust=True, control_episodes=0.5), A, num_envs=1)
     resumed.load_state_dict(layer.state_dict())
     assert resumed.trust.value("llm") == layer.trust.value("llm")
+
+
+def test_one_lucky_advised_success_against_identical_control_failures_is_no_evidence():
+    """The measured false positive: 1 success in 14 advised episodes, 0 in 3 control episodes.
+
+    Welch's t gave 1.05 (the control group's variance is 0) and trust 0.96, and the agent distilled an
+    adversarial advisor. With the pooled variance the t is ~0.5, inside the dead zone: trust stays 0.5
+    and the absorption weight 0.
+    """
+    from lore.prior.trust import EpisodeComparison, dead_zone
+
+    cmp = EpisodeComparison(decay=1.0 - 1e-12, min_episodes=3)
+    advised = [0.0] * 13 + [0.9]
+    for i, r in enumerate(advised):
+        cmp.observe(r, control=False)
+        if i in (3, 7, 11):
+            cmp.observe(0.0, control=True)
+    t = cmp.t_statistic()
+    assert 0.2 < t < 1.0
+    layer = PriorLayer(prior_cfg(trust=True, control_episodes=0.25), A, num_envs=1)
+    layer.trust.episodes.load_state_dict(cmp.state_dict())
+    assert layer.trust.value("llm") == pytest.approx(0.5)
+    weight = layer.absorb_weight(torch.tensor([1]), 1, torch.device("cpu"))
+    assert float(weight[0]) == 0.0
+    assert dead_zone(2.5, 1.0) == 1.5 and dead_zone(-2.5, 1.0) == -1.5 and dead_zone(0.7, 1.0) == 0.0
+
+
+def test_trust_rarely_absorbs_advice_that_changes_nothing_but_soon_absorbs_advice_that_helps():
+    """Sequential checks under the null: the statistic is read after every episode, so a fixed level is
+    crossed by chance in some window. Over 200 simulated runs of 40 episodes (25% control) the
+    absorption weight must stay <= 0.5 throughout in >= 90% of null runs, and reach 0.8 within 40
+    episodes in >= 90% of runs where advice lifts the success rate from 5% to 60%."""
+    import random
+
+    from lore.prior.trust import AdviceTrust
+
+    def max_weight(p_advised: float, p_control: float, seed: int, until: float | None = None) -> float:
+        rng, trust, best = random.Random(seed), AdviceTrust(0.99, 3.0, 1.0), 0.0
+        for _ in range(40):
+            control = rng.random() < 0.25
+            p = p_control if control else p_advised
+            trust.episodes.observe(0.9 if rng.random() < p else 0.0, control)
+            best = max(best, 2 * trust.value("llm") - 1)
+        return best
+
+    null = [max_weight(0.2, 0.2, s) for s in range(200)] + [max_weight(0.05, 0.05, s) for s in range(200)]
+    assert sum(w > 0.5 for w in null) / len(null) <= 0.10
+    helpful = [max_weight(0.6, 0.05, s) for s in range(200)]
+    assert sum(w > 0.8 for w in helpful) / len(helpful) >= 0.90

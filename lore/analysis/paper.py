@@ -664,6 +664,7 @@ def llm_cost_sentence(tables: Tables, env: str | None) -> str:
 CONFIG_NUMBER_MACROS = {
     "loreKLBound": "cfg_prior_kl_bound", "loreKLDelta": "cfg_prior_kl_delta", "loreLambdaMax": "cfg_prior_lambda_max",
     "loreControlEpisodes": "cfg_prior_control_episodes", "loreTrustGain": "cfg_prior_trust_gain",
+    "loreTrustDeadZone": "cfg_prior_trust_dead_zone",
     "loreAdviceSamples": "cfg_prior_advice_samples",
     "loreTMin": "cfg_prior_temperature_min", "loreTMax": "cfg_prior_temperature_max",
     "loreGateFullAt": "cfg_prior_gate_full_at", "loreCooldown": "cfg_llm_controller_cooldown",

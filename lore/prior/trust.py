@@ -14,10 +14,20 @@ per source and ``trust = sigmoid(gain * m)``: advice that the critic rates bette
 earns trust (-> 1), advice it rates worse loses it (-> 0).
 
 A second, model-free piece of evidence comes from realised returns: the prior layer runs a share of
-episodes as *control episodes* without the prior, and :class:`EpisodeComparison` keeps running means
-and variances of the returns of advised and control episodes. Their Welch t-statistic
-``t = (mean_adv - mean_ctrl) / se`` is added to the value evidence of every source (advised episodes
-mix them all): ``trust = sigmoid(gain * (m + t))``. Measured on DoorKey at 8k steps, the
+episodes as *control episodes* without the prior, and :class:`EpisodeComparison` keeps decayed sums of
+the returns of advised and control episodes. Their Student t-statistic with the *pooled* within-group
+variance, ``t = (mean_adv - mean_ctrl) / sqrt(s2_pooled (1/n_adv + 1/n_ctrl))``, enters the evidence of
+every source (advised episodes mix them all) through a dead zone of one standard error:
+``trust = sigmoid(gain * (m + soft(t, t0)))`` with ``soft(t, t0) = sign(t) max(|t| - t0, 0)``.
+
+Both choices answer a measured failure. Welch's per-group variance is 0 for a control group of three
+failed episodes, so one lucky advised success among 14 gave t = 1.05 and trust 0.96, and the agent
+distilled an adversarial advisor (DoorKey, seed 1 of the previous grid). The statistic is checked after
+every episode, so under the null some window crosses any fixed level: in a simulation of 40 episodes at
+equal success rates (5% and 20%), the absorption weight ``2 trust - 1`` exceeded 0.5 at some point in
+61-67% of runs with Welch's t and no dead zone, and in 1-17% with the pooled t and ``t0 = 1``, while
+advice that lifts the success rate from 5% to 60% is absorbed (weight > 0.8) after a median of 16
+episodes (15 with Welch's t; ``benchmarks/trust_null_benchmark.py``, docs/benchmark/trust_null.md). Measured on DoorKey at 8k steps, the
 critic barely ranks single actions (one-step Q spread across actions 0.001 against 0.004 of sampling
 noise; the good advisor's action ranked best on 29% of states), while whole episodes differ clearly.
 
@@ -91,8 +101,13 @@ def trust_from_evidence(mean_z: float, gain: float) -> float:
     return 1.0 / (1.0 + math.exp(-x))
 
 
+def dead_zone(t: float, width: float) -> float:
+    """``sign(t) * max(|t| - width, 0)``: differences within ``width`` standard errors are no evidence."""
+    return math.copysign(max(abs(t) - width, 0.0), t)
+
+
 class EpisodeComparison:
-    """Returns of advised vs control episodes: decayed means, variances and effective counts."""
+    """Returns of advised vs control episodes: decayed sums, pooled-variance t-statistic."""
 
     def __init__(self, decay: float = 0.98, min_episodes: int = 3, min_gap: float = 1e-3):
         if not 0.0 <= decay < 1.0:
@@ -111,13 +126,18 @@ class EpisodeComparison:
                 st[2] += episode_return * episode_return
 
     def t_statistic(self) -> float:
-        """Welch t of (advised - control) mean return; 0 until both have ``min_episodes`` (effective)."""
+        """Student t of (advised - control) mean return with the pooled within-group variance.
+
+        0 until both groups have ``min_episodes`` (effective). Pooling keeps a small group whose
+        returns happen to be identical (three failed control episodes) from claiming zero variance.
+        """
         (wa, sa, qa), (wc, sc, qc) = self.stats["advised"], self.stats["control"]
         if min(wa, wc) < self.min_episodes - 1e-6:
             return 0.0
         ma, mc = sa / wa, sc / wc
-        va, vc = max(qa / wa - ma * ma, 0.0), max(qc / wc - mc * mc, 0.0)
-        se = math.sqrt(va / wa + vc / wc + self.min_gap ** 2)
+        within = max(qa - wa * ma * ma, 0.0) + max(qc - wc * mc * mc, 0.0)
+        pooled = within / (wa + wc)
+        se = math.sqrt(pooled * (1.0 / wa + 1.0 / wc) + self.min_gap ** 2)
         return (ma - mc) / se
 
     def state_dict(self) -> dict:
@@ -127,18 +147,19 @@ class EpisodeComparison:
         self.stats = {k: [float(x) for x in state[k]] for k in ("advised", "control")}
 
 
-
-
 class AdviceTrust:
     """Bias-corrected EMA of the batch-mean value z-score, one per advice source."""
 
-    def __init__(self, decay: float, gain: float):
+    def __init__(self, decay: float, gain: float, episode_dead_zone: float = 1.0):
         if not 0.0 <= decay < 1.0:
             raise ValueError(f"prior.trust_decay must be in [0, 1), got {decay}")
         if not gain > 0:
             raise ValueError(f"prior.trust_gain must be > 0, got {gain}")
         self.decay = float(decay)
         self.gain = float(gain)
+        if not 0.0 <= episode_dead_zone < math.inf:
+            raise ValueError(f"prior.trust_dead_zone must be finite and >= 0, got {episode_dead_zone}")
+        self.episode_dead_zone = float(episode_dead_zone)
         self._ema = {name: 0.0 for name in ADVICE_SOURCES}
         self._count = {name: 0 for name in ADVICE_SOURCES}
         self._last_z = {name: math.nan for name in ADVICE_SOURCES}
@@ -164,13 +185,13 @@ class AdviceTrust:
         return self._ema[name] / (1.0 - self.decay ** count)
 
     def evidence(self, name: str) -> float:
-        """Value z-score EMA plus the advised-vs-control episode t-statistic.
+        """Value z-score EMA plus the advised-vs-control episode t-statistic beyond its dead zone.
 
         The episode evidence counts for every source: an advised episode mixes whatever answered (the LLM,
         its plan, PriorNet in its stead), so the comparison cannot attribute between them, and PriorNet
         answers only while its held-out KL to the LLM is small, i.e. while it says what the LLM would say.
         """
-        return self.mean_z(name) + self.episodes.t_statistic()
+        return self.mean_z(name) + dead_zone(self.episodes.t_statistic(), self.episode_dead_zone)
 
     def value(self, name: str) -> float:
         """Trust in ``[0, 1]`` of one source (0.5 before any evidence)."""
