@@ -934,10 +934,18 @@ def save_config(cfg: RunConfig, path: str | Path) -> None:
 
 
 def config_from_saved(path: str | Path) -> RunConfig:
-    """Reload a resolved ``config.yaml`` written by :func:`save_config`."""
+    """Reload a resolved ``config.yaml`` written by :func:`save_config`, validated like a new one.
+
+    A saved config edited by hand (or damaged) is refused with the key that is wrong, before a
+    resume or ``lore eval`` acts on it.
+    """
     data = load_yaml(path)
-    cfg = _from_dict(RunConfig, data)
     from lore.presets import resolve_model
 
-    cfg.model = resolve_model(cfg.model)
+    try:
+        cfg = _from_dict(RunConfig, data)
+        cfg.model = resolve_model(cfg.model)
+        validate_semantics(cfg)
+    except ConfigError as e:
+        raise ConfigError(f"{path} (a saved run config): {e}") from None
     return cfg

@@ -9,8 +9,12 @@ PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --upgrade pip >/dev/null
-.venv/bin/python -m pip install -q -c .ci/constraints.txt "torch==2.13.0" -e ".[workflow,test]"
+.venv/bin/python -m pip install -qq --upgrade pip >/dev/null
+# -qq keeps errors but drops warnings about the machine's own pip config (e.g. "Location ... is ignored"
+# for a find-links folder that does not exist); ignoring UserWarning silences setuptools' editable-install
+# banner ("be careful with folders ... same name as your package"), printed by the build backend every time.
+PYTHONWARNINGS="ignore::UserWarning" \
+  .venv/bin/python -m pip install -qq -c .ci/constraints.txt "torch==2.13.0" -e ".[workflow,test]"
 if [ "$(id -u)" -eq 0 ]; then
   bash .ci/install-system.sh
 else

@@ -584,3 +584,102 @@ def test_config_knows_the_same_crafter_names_as_the_envs():
     from lore.envs.crafter import CRAFTER_NAMES
 
     assert set(CRAFTER_ENV_NAMES) == set(CRAFTER_NAMES)
+
+
+# --------------------------------------------------------------------------- analysis settings, run markers
+
+
+_SETTINGS_CASES = [
+    ("budgets: [1000, abc]\n", "analysis.budgets[1]"),
+    ("budgets: []\n", "analysis.budgets"),
+    ("budgets: 5000\n", "analysis.budgets"),
+    ("budgets: [1.0e+400]\n", "analysis.budgets[0]"),
+    ("budgets: [-5]\n", "analysis.budgets[0]"),
+    ("env_budgets: 7\n", "analysis.env_budgets"),
+    ("env_budgets: {crafter: [.nan]}\n", "analysis.env_budgets.crafter[0]"),
+    ("threshold: .nan\n", "analysis.threshold"),
+    ("threshold: 3\n", "analysis.threshold"),
+    ("window_center: .inf\n", "analysis.window_center"),
+    ("confidence: yes\n", "analysis.confidence"),
+    ("resamples: 1.0e+12\n", "analysis.resamples"),
+    ("resamples: 0\n", "analysis.resamples"),
+    ("resamples: 2.5\n", "analysis.resamples"),
+    ("seed: -1\n", "analysis.seed"),
+    ("headline_budget: [1]\n", "analysis.headline_budget"),
+    ("baseline: 5\n", "analysis.baseline"),
+    ("no_such_key: 1\n", "no_such_key"),
+    ("budgets:\n\t- 1000\n", "settings.yaml"),
+    (_BINARY, "settings.yaml"),
+    ("- just\n- a list\n", "settings.yaml"),
+    ("", "settings.yaml"),
+]
+
+
+@pytest.mark.parametrize("content, needle", _SETTINGS_CASES, ids=[f"settings{i}" for i in range(len(_SETTINGS_CASES))])
+def test_analysis_settings_are_validated_before_anything_is_written(tmp_path, capsys, content, needle):
+    from lore.analysis import cli as analysis_cli
+
+    settings = tmp_path / "settings.yaml"
+    settings.write_bytes(content if isinstance(content, bytes) else content.encode())
+    out = tmp_path / "tables"
+    before = _snapshot(tmp_path)
+    capsys.readouterr()
+    rc = analysis_cli.main(["aggregate", "--runs-root", str(tmp_path), "--settings", str(settings), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and rc == 2, (rc, err)
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("lore aggregate: error: "), err
+    assert needle in lines[0], lines[0]
+    assert _snapshot(tmp_path) == before and not out.exists()
+
+
+def _finished_looking_run(root: Path) -> Path:
+    from lore.config import build_config, save_config
+
+    run = root / "run"
+    run.mkdir()
+    save_config(build_config(overrides=["model.preset=debug", "llm.cache_path=null"], ablation="rl_only"),
+                run / "config.yaml")
+    return run
+
+
+@pytest.mark.parametrize("damage", ["garbage", "list", "directory", "latin1"])
+def test_a_damaged_done_marker_is_named_and_nothing_is_touched(sandbox, capsys, damage):
+    run = _finished_looking_run(sandbox)
+    done = run / "done"
+    if damage == "garbage":
+        done.write_text('{"env_step": 10')
+    elif damage == "list":
+        done.write_text("[1, 2]")
+    elif damage == "latin1":
+        done.write_bytes("{\"x\": \"caf\xe9\"}".encode("latin-1"))
+    else:
+        done.mkdir()
+    before = _snapshot(sandbox)
+    rc, err = _run_in_process(capsys, ["train", "--run-dir", str(run), "--set", "model.preset=debug",
+                                       "--set", "llm.cache_path=null"])
+    assert "Traceback" not in err and rc == 2, (rc, err)
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("lore: error: ") and "`done`" in lines[0], err
+    assert "delete it to resume" in lines[0]
+    assert _snapshot(sandbox) == before
+
+
+@pytest.mark.parametrize("key, value", [("dreamer.wm_lr", ".inf"), ("train.batch_length", "-3"),
+                                        ("prior.trust_dead_zone", ".nan")])
+def test_a_saved_run_config_edited_out_of_range_is_refused_on_eval(sandbox, capsys, key, value):
+    import yaml
+
+    run = _finished_looking_run(sandbox)
+    data = yaml.safe_load((run / "config.yaml").read_text())
+    section, name = key.split(".")
+    data[section][name] = yaml.safe_load(value)
+    (run / "config.yaml").write_text(yaml.safe_dump(data))
+    (run / "checkpoint.pt").write_bytes(b"never read: the config is refused first")
+    before = _snapshot(sandbox)
+    rc, err = _run_in_process(capsys, ["eval", "--run-dir", str(run)])
+    assert "Traceback" not in err and rc == 2, (rc, err)
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("lore: error: "), err
+    assert "config.yaml" in lines[0] and key in lines[0], lines[0]
+    assert _snapshot(sandbox) == before

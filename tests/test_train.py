@@ -45,6 +45,9 @@ def test_run_writes_every_output_and_a_second_call_is_a_noop(tmp_path):
     for col in ("env_step", "wm_loss", "kl_dyn", "entropy_wm", "return_scale", "grad_norm_wm", "steps_per_s"):
         assert col in metrics.columns, col
     assert metrics["wm_loss"].notna().any()
+    # the final row (ledger counts settled) merges into the periodic row of the last step: one row per step
+    assert metrics["env_step"].is_unique and metrics["env_step"].iloc[-1] == 240
+    assert metrics["wm_loss"].iloc[-1] == metrics["wm_loss"].iloc[-1]  # the periodic means are kept (not NaN)
     episodes = pd.read_csv(run / "episodes.csv")
     assert {"env_step", "episode", "env_index", "return", "length", "success"} <= set(episodes.columns)
     before = (run / "eval.csv").read_text()

@@ -18,8 +18,6 @@ import sys
 import time
 from pathlib import Path
 
-import yaml
-
 from lore.analysis.aggregate import AnalysisSettings
 
 
@@ -42,12 +40,12 @@ def _settings_args(p: argparse.ArgumentParser) -> None:
 def settings_from_args(args: argparse.Namespace) -> AnalysisSettings:
     data: dict = {}
     if args.settings:
-        path = Path(args.settings)
-        if not path.is_file():
-            raise ValueError(f"--settings: {path} does not exist")
-        data = yaml.safe_load(path.read_text()) or {}
-        if not isinstance(data, dict):
-            raise ValueError(f"--settings: {path} must hold a mapping of analysis settings")
+        from lore.config import ConfigError, load_yaml
+
+        try:  # the run config's YAML reader: tabs, binary files, deep nesting, duplicate keys reported
+            data = load_yaml(args.settings)
+        except ConfigError as e:
+            raise ValueError(f"--settings: {e}") from None
     flags = {"budgets": args.budgets, "headline_budget": args.headline_budget, "threshold": args.threshold,
              "window_center": args.window_center, "window_half_width": args.window_half_width,
              "baseline": args.baseline, "confidence": args.confidence, "resamples": args.resamples,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 
@@ -45,17 +46,58 @@ class AnalysisSettings:
 
     @classmethod
     def from_mapping(cls, data: dict | None) -> AnalysisSettings:
-        """Build from the workflow's ``analysis:`` mapping; unknown keys are an error naming them."""
+        """Build from the workflow's ``analysis:`` mapping; a wrong key, type or value is an error naming it."""
         data = dict(data or {})
         names = {f for f in cls.__dataclass_fields__}
-        unknown = sorted(set(data) - names)
+        unknown = sorted(set(data) - names, key=str)
         if unknown:
             raise ValueError(f"analysis: unknown key(s) {unknown} (valid: {sorted(names)})")
         if "budgets" in data:
-            data["budgets"] = tuple(int(b) for b in data["budgets"])
+            data["budgets"] = _steps("analysis.budgets", data["budgets"])
         if "env_budgets" in data:
-            data["env_budgets"] = {k: tuple(int(b) for b in v) for k, v in (data["env_budgets"] or {}).items()}
+            env_budgets = data["env_budgets"] or {}
+            if not isinstance(env_budgets, dict):
+                raise ValueError(f"analysis.env_budgets must map environment names to budgets, "
+                                 f"got {type(env_budgets).__name__}")
+            data["env_budgets"] = {str(k): _steps(f"analysis.env_budgets.{k}", v) for k, v in env_budgets.items()}
+        for key in ("headline_budget",):
+            if data.get(key) is not None:
+                data[key] = _int(f"analysis.{key}", data[key], 1, MAX_STEPS)
+        for key, lo, hi in (("resamples", 1, MAX_RESAMPLES), ("seed", 0, 2**32 - 1)):
+            if key in data:
+                data[key] = _int(f"analysis.{key}", data[key], lo, hi)
+        for key in ("threshold", "window_center", "window_half_width", "confidence"):
+            if key in data:
+                data[key] = _finite(f"analysis.{key}", data[key])
+        if "baseline" in data and (not isinstance(data["baseline"], str) or not data["baseline"].strip()):
+            raise ValueError(f"analysis.baseline must be an ablation name, got {data['baseline']!r}")
         return cls(**data)
+
+
+MAX_STEPS = 10**12
+MAX_RESAMPLES = 1_000_000
+"""Bootstrap resamples beyond this only cost memory: 1e6 already resolves a CI to ~1e-3."""
+
+
+def _int(key: str, value, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value in (
+            float("inf"), float("-inf")) or int(value) != value:
+        raise ValueError(f"{key} must be an integer, got {value!r}")
+    if not lo <= int(value) <= hi:
+        raise ValueError(f"{key} must be in [{lo}, {hi}], got {value!r}")
+    return int(value)
+
+
+def _finite(key: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{key} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def _steps(key: str, value) -> tuple[int, ...]:
+    if not isinstance(value, (list, tuple)) or not value:
+        raise ValueError(f"{key} must be a non-empty list of env-step budgets, got {value!r}")
+    return tuple(_int(f"{key}[{i}]", v, 1, MAX_STEPS) for i, v in enumerate(value))
 
 
 def budget_metric(budget: int) -> str:

@@ -402,7 +402,13 @@ class Trainer:
         row["steps_per_s"] = self.env_step / max(self.wall_time, 1e-9)
         row["update_ms"] = 1000.0 * self.update_time / max(self.updates, 1)
         row["update_time_frac"] = self.update_time / max(self.wall_time, 1e-9)
-        self.metric_table.append(row)
+        last = self.metric_table.rows[-1] if self.metric_table.rows else None
+        if last is not None and last["env_step"] == self.env_step:
+            # The final row of a run whose last step was also a log step: one row per step, the
+            # training means of the periodic row kept, the ledger counts (settled calls) updated.
+            last.update({k: v for k, v in row.items() if not (isinstance(v, float) and math.isnan(v))})
+        else:
+            self.metric_table.append(row)
         self.metric_table.flush()
         self.episode_table.flush()
         self.tb.scalars("train", row, self.env_step)
@@ -527,6 +533,25 @@ class Trainer:
             signal.signal(sig, h)
 
 
+def read_done(path: Path) -> dict:
+    """The summary in a run's ``done`` marker; a clear error (nothing touched) if it is not one.
+
+    ``done`` is written last and atomically, so a bad one was edited or damaged outside ``lore``.
+    Deleting it lets the run resume from its checkpoint: nothing computed is lost.
+    """
+    hint = "delete it to resume the run from its checkpoint"
+    if not path.is_file():
+        raise ConfigError(f"run directory {path.parent}: `done` is not a file; {hint}")
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConfigError(f"run directory {path.parent}: `done` is not a valid run summary ({e}); {hint}") from None
+    if not isinstance(summary, dict):
+        raise ConfigError(f"run directory {path.parent}: `done` is not a valid run summary "
+                          f"(a JSON {type(summary).__name__}, expected an object); {hint}")
+    return summary
+
+
 def train(cfg: RunConfig, run_dir: str | Path, show_progress: bool | None = None) -> dict:
     """Train (or resume, or no-op when complete) one run; returns the summary written to ``done``."""
     from lore.utils.io import DirectoryLocked, exclusive_dir_lock
@@ -534,13 +559,13 @@ def train(cfg: RunConfig, run_dir: str | Path, show_progress: bool | None = None
     run_dir = Path(run_dir)
     done = run_dir / DONE
     if done.exists():
-        return {"already_done": True, **json.loads(done.read_text())}
+        return {"already_done": True, **read_done(done)}
     preflight(cfg)
     prepare_run_dir(run_dir)
     try:
         with exclusive_dir_lock(run_dir):
             if done.exists():  # finished by the process that held the lock before us
-                return {"already_done": True, **json.loads(done.read_text())}
+                return {"already_done": True, **read_done(done)}
             if cfg.train.torch_threads > 0:
                 torch.set_num_threads(cfg.train.torch_threads)
             trainer = Trainer(cfg, run_dir, show_progress=show_progress)
