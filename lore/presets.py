@@ -12,8 +12,9 @@ s          512    512    2        32     32      32         pixels on GPU (symbo
 m          1024   640    3        32     32      48         pixel Crafter on GPU (DreamerV3 "M")
 =========  =====  =====  =======  =====  ======  =========  ===================================
 
-``stoch`` x ``classes`` is the categorical latent (DreamerV3 uses 32 latents; ``debug``
-shrinks it only to keep tests fast). ``bins`` is the two-hot support size (255),
+``stoch`` x ``classes`` is the categorical latent. DreamerV3 uses 32 latents of 32 classes at
+every size; ``xs`` keeps the 32 latents but has 16 classes each (half the latent width, for CPU
+cost), so it is not the paper's XS, and ``debug`` shrinks both only to keep tests fast. ``bins`` is the two-hot support size (255),
 ``value_heads`` the critic ensemble used by the uncertainty gate, ``ensemble`` the
 one-step latent predictors for world-model disagreement, ``feature_units`` the width
 of the late-fusion encoder for LLM features.
