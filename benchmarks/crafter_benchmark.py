@@ -81,7 +81,7 @@ def random_baseline(out: Path, config: Path, seed: int, sets: list[str]) -> Path
     import pandas as pd
 
     from lore.config import build_config, load_yaml
-    from lore.envs import make_env_from_config
+    from lore.train.evaluate import make_eval_envs
     from lore.train.random_policy import evaluate_random_policy
     from lore.utils.io import atomic_write_text
 
@@ -92,9 +92,10 @@ def random_baseline(out: Path, config: Path, seed: int, sets: list[str]) -> Path
         done = pd.read_csv(path)
         if done["env_step"].tolist() == points and (done["episodes"] == cfg.eval.episodes).all():
             return path
-    env = make_env_from_config(cfg.env, seed=10_000_000 + cfg.seed)
-    rows = [{"env_step": step, **evaluate_random_policy(cfg, eval_index=i, env=env)} for i, step in enumerate(points)]
-    env.close()
+    envs = make_eval_envs(cfg, cfg.seed)
+    rows = [{"env_step": step, **evaluate_random_policy(cfg, eval_index=i, env=envs)} for i, step in enumerate(points)]
+    for env in envs:
+        env.close()
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, pd.DataFrame(rows).to_csv(index=False))
     return path

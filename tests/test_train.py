@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 
 from lore.config import build_config
 from lore.train.checkpoint import load_checkpoint
@@ -199,3 +200,41 @@ def test_batch_jobs_log_a_status_line_per_log_interval(tmp_path):
     assert res.returncode == 0, res.stderr
     lines = [ln for ln in res.stderr.splitlines() if ln.startswith("lore: MiniGrid-Empty-5x5-v0 rl_only seed 0: step")]
     assert len(lines) >= 240 // 60 and "step 240/240 (100%)" in lines[-1]  # log_every = 60, plus the final row
+
+
+class _ObservationPolicy:
+    """Deterministic per episode (no draws): left, right or forward from the observation and the step."""
+
+    generator = None
+
+    def initial_state(self, batch: int) -> dict:
+        return {"t": torch.zeros(batch, dtype=torch.long)}
+
+    def act(self, obs, is_first, state, extra=None, env_step: int = 0, sample: bool = True):
+        from lore.train.random_policy import RandomAct
+
+        flat = obs["symbolic"].reshape(obs["symbolic"].shape[0], -1).float()
+        keys = (flat * torch.arange(1, flat.shape[1] + 1)).sum(1).long()
+        t = torch.where(is_first, torch.zeros_like(state["t"]), state["t"])
+        turn = (keys * 7 + t * t) % 7 == 0  # mostly forward, a turn now and then: some episodes reach the goal
+        return RandomAct(action=torch.where(turn, (keys // 4) % 2, torch.full_like(keys, 2)), state={"t": t + 1})
+
+
+def test_episodes_side_by_side_score_like_episodes_one_after_another():
+    """Waves of 1, 4 (the last one short) and 6 envs: each episode keeps its layout, return, length and success; envs that
+    finish early idle without being counted twice."""
+    from lore.train.evaluate import evaluate_policy, make_eval_envs
+
+    cfg = tiny_cfg("env.name=MiniGrid-Empty-Random-5x5-v0", "eval.episodes=6", "env.max_episode_steps=30")
+    results, hooks = [], []
+    for wave in (1, 4, 6):
+        seen: list[tuple[str, int]] = []
+        hooks.append(seen)
+        results.append(evaluate_policy(
+            _ObservationPolicy(), make_eval_envs(cfg, cfg.seed, wave), cfg, torch.device("cpu"), 0,
+            on_reset=lambda k, env, obs, seen=seen: seen.append(("reset", k)),
+            on_step=lambda k, env, a, obs, r, done, seen=seen: seen.append(("end", k)) if done else None))
+    hooks = [sorted(h) for h in hooks]
+    assert results[0] == results[1] == results[2]
+    assert 0.0 < results[0]["success_rate"] < 1.0 and results[0]["length_mean"] < 30  # episodes differ in length
+    assert hooks[0] == hooks[1] == hooks[2] == sorted([("reset", k) for k in range(6)] + [("end", k) for k in range(6)])

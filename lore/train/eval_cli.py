@@ -7,7 +7,8 @@ run's ``eval.csv`` (``env_step`` is the checkpoint's), followed by provenance an
 columns (``eval_seed``, ``env``, ``with_prior``, ``prior_applied_frac``, ``beta_mean``,
 ``action_changed_frac``, ``llm_calls``), to ``--out`` (default ``RUN/eval_<tag>.csv``), atomically.
 
-Same protocol as training (:func:`lore.train.evaluate.evaluate_policy`): episode ``k`` is the layout
+Same protocol as training (:func:`lore.train.evaluate.evaluate_policy`, ``eval.parallel`` episodes side by
+side; one after another with ``--with-prior``): episode ``k`` is the layout
 ``reset(seed=10_000_000 + 1000 * S + k)`` and the policy samples from a generator seeded with
 ``7919 * S + eval_index``, where ``S`` is ``--seed`` (default: the run's seed) and ``eval_index`` is
 the index of the ``eval.csv`` row taken at the checkpoint's step (or the next index when there is
@@ -82,6 +83,10 @@ def run_eval(opts: EvalOptions) -> dict:
         _check_prior_possible(cfg)
 
     env, run_env = _make_eval_env(cfg, opts.env, seed)
+    # Episodes side by side as in training (the draws depend on the wave size); the prior's LLM bridge
+    # drives one env, so --with-prior evaluates one episode after another.
+    wave = 1 if opts.with_prior else min(cfg.eval.parallel, episodes)
+    envs = [env] + [_make_eval_env(cfg, opts.env, seed)[0] for _ in range(wave - 1)]
     frames = _FrameWriter(Path(opts.frames), env) if opts.frames else None
 
     payload = load_checkpoint(ckpt_path)
@@ -104,28 +109,28 @@ def run_eval(opts: EvalOptions) -> dict:
     session = _PriorSession(bridge, env_step) if opts.with_prior else None
     usage = _Usage()
 
-    def on_reset(env_, obs):
+    def on_reset(k, env_, obs):
         if session is not None:
             session.on_reset()
         if frames is not None:
-            frames.on_reset(env_, obs)
+            frames.on_reset(k, env_, obs)
 
-    def on_act(out_, action):
+    def on_act(out_, actions):
         usage.on_act(out_)
         if session is not None:
-            session.after_act(out_, action)
+            session.after_act(out_, actions)
 
-    def on_step(env_, action, obs, reward, done):
+    def on_step(k, env_, action, obs, reward, done):
         if session is not None:
             session.on_step(action, reward, done)
         if frames is not None:
-            frames.on_step(env_, obs)
+            frames.on_step(k, env_, obs, done)
 
     from lore.train.evaluate import evaluate_policy
 
     try:
         result = evaluate_policy(
-            agent, env, ecfg, device, eval_index,
+            agent, envs, ecfg, device, eval_index,
             llm_inputs=session.inputs if session is not None else bridge.eval_inputs,
             act_env_step=env_step if opts.with_prior else 0,
             on_reset=on_reset, on_act=on_act, on_step=on_step)
@@ -134,7 +139,8 @@ def run_eval(opts: EvalOptions) -> dict:
         bridge.close()
         if frames is not None:
             frames.close()
-        env.close()
+        for e in envs:
+            e.close()
         if run_env is not env:
             run_env.close()
     assert result is not None  # no should_stop: evaluate_policy always finishes
@@ -254,12 +260,12 @@ class _PriorSession:
     def on_reset(self) -> None:
         self.bridge.on_reset(np.ones(1, dtype=bool))
 
-    def inputs(self, env) -> dict:
+    def inputs(self, envs) -> dict:
         return self.bridge.inputs(self.env_step)
 
-    def after_act(self, out, action: int) -> None:
+    def after_act(self, out, actions: np.ndarray) -> None:
         beta = out.beta.float().cpu().numpy()
-        self.bridge.after_act(self.env_step, out, np.asarray([action]), beta, False)
+        self.bridge.after_act(self.env_step, out, np.asarray(actions), beta, False)
 
     def on_step(self, action: int, reward: float, done: bool) -> None:
         self.env_step += 1
@@ -320,41 +326,42 @@ class _FrameWriter:
             except Exception as e:  # noqa: BLE001 - any failure means: no RGB frames from this env
                 raise ConfigError(f"--frames: {env.name} has symbolic observations and cannot render RGB "
                                   f"frames ({type(e).__name__}: {e}); use env.obs=pixels") from None
-        self.episode = -1
-        self.step = 0
-        self.frames: list[np.ndarray] = []  # the current episode's, for its GIF (imageio only)
+        self.steps: dict[int, int] = {}
+        self.frames: dict[int, list[np.ndarray]] = {}  # each running episode's, for its GIF (imageio only)
 
     def _frame(self, env, obs) -> np.ndarray:
         return _check_frame(np.asarray(obs["pixels"]) if self.pixels else env.render())
 
-    def on_reset(self, env, obs) -> None:
-        self._finish_episode()
-        self.episode += 1
-        self.step = 0
-        (self.directory / f"episode_{self.episode:03d}").mkdir(parents=True, exist_ok=True)
-        self._save(self._frame(env, obs))
+    def on_reset(self, episode: int, env, obs) -> None:
+        self.steps[episode] = 0
+        self.frames[episode] = []
+        (self.directory / f"episode_{episode:03d}").mkdir(parents=True, exist_ok=True)
+        self._save(episode, self._frame(env, obs))
 
-    def on_step(self, env, obs) -> None:
-        self._save(self._frame(env, obs))
+    def on_step(self, episode: int, env, obs, done: bool) -> None:
+        self._save(episode, self._frame(env, obs))
+        if done:
+            self._finish_episode(episode)
 
-    def _save(self, frame: np.ndarray) -> None:
-        path = self.directory / f"episode_{self.episode:03d}" / f"step_{self.step:05d}.png"
-        self.step += 1
+    def _save(self, episode: int, frame: np.ndarray) -> None:
+        path = self.directory / f"episode_{episode:03d}" / f"step_{self.steps[episode]:05d}.png"
+        self.steps[episode] += 1
         if self.imageio is not None:
             self.imageio.imwrite(path, frame)
-            self.frames.append(frame)
+            self.frames[episode].append(frame)
         else:
             from PIL import Image
 
             Image.fromarray(frame).save(path)
 
-    def _finish_episode(self) -> None:
-        if self.episode >= 0 and self.imageio is not None and self.frames:
-            self.imageio.mimsave(self.directory / f"episode_{self.episode:03d}.gif", self.frames, duration=0.1)
-        self.frames = []
+    def _finish_episode(self, episode: int) -> None:
+        frames = self.frames.pop(episode, [])
+        if self.imageio is not None and frames:
+            self.imageio.mimsave(self.directory / f"episode_{episode:03d}.gif", frames, duration=0.1)
 
     def close(self) -> None:
-        self._finish_episode()
+        for episode in list(self.frames):
+            self._finish_episode(episode)
 
 
 def _check_frame(frame) -> np.ndarray:

@@ -33,16 +33,23 @@ def evaluate_policy(agent, env, cfg: RunConfig, device: torch.device, eval_index
                     llm_inputs: Callable | None = None, should_stop: Callable[[], bool] | None = None, *,
                     act_env_step: int = 0, on_reset: Callable | None = None, on_act: Callable | None = None,
                     on_step: Callable | None = None) -> dict | None:
-    """Run ``eval.episodes`` episodes; ``llm_inputs(env)`` supplies per-step features (no prior).
+    """Run ``eval.episodes`` episodes; ``llm_inputs(envs)`` supplies per-step features (no prior).
+
+    ``env`` is one env or a list of identically built envs: episodes run side by side in waves of
+    ``len(env)``, with one batched agent forward per step (episode ``k`` is always the layout
+    ``reset(seed=10_000_000 + 1000 * seed + k)``; a finished episode's env idles until its wave ends).
+    The agent's draws depend on the wave size, so every caller that must reproduce an ``eval.csv`` row
+    builds ``eval.parallel`` envs (:func:`make_eval_envs`).
 
     Returns None, leaving the agent untouched, when ``should_stop()`` turns true (preemption).
     The keyword-only hooks serve ``lore eval`` (the trainer uses none of them): ``act_env_step`` is
-    the env step the agent acts at (the prior's beta schedule reads it), ``on_reset(env, obs)`` runs
-    after each episode's reset, ``on_act(out, action)`` after each act, and
-    ``on_step(env, action, obs, reward, done)`` after each env step.
+    the env step the agent acts at (the prior's beta schedule reads it), ``on_reset(k, env, obs)`` runs
+    after episode ``k``'s reset, ``on_act(out, actions)`` after each batched act, and
+    ``on_step(k, env, action, obs, reward, done)`` after each env step of episode ``k``.
     """
+    envs = list(env) if isinstance(env, (list, tuple)) else [env]
     episodes = cfg.eval.episodes
-    returns, lengths, successes = [], [], []
+    returns, lengths, successes = [0.0] * episodes, [0] * episodes, [0.0] * episodes
     achievement_hits: dict[str, list[bool]] = {}
     # Evaluation must leave training untouched: fork the global RNG, the agent's own generator
     # and the prior layer's running statistics, and restore them afterwards.
@@ -52,38 +59,17 @@ def evaluate_policy(agent, env, cfg: RunConfig, device: torch.device, eval_index
         torch.manual_seed(cfg.seed * 7919 + eval_index)
         if generator_state is not None:
             agent.generator.manual_seed(cfg.seed * 7919 + eval_index)
-        for k in range(episodes):
-            # The same layouts at every evaluation point: eval curves compare like with like.
-            obs, info = env.reset(seed=10_000_000 + cfg.seed * 1000 + k)
-            if on_reset is not None:
-                on_reset(env, obs)
-            state = agent.initial_state(1)
-            is_first = torch.ones(1, dtype=torch.bool, device=device)
-            total, length, done, success = 0.0, 0, False, 0.0
-            while not done:
-                if should_stop is not None and should_stop():
-                    _restore(agent, generator_state, prior_state)
-                    return None
-                obs_t = {key: torch.as_tensor(np.asarray(v)[None], device=device) for key, v in obs.items()}
-                extra = llm_inputs(env) if llm_inputs is not None else None
-                out = agent.act(obs_t, is_first, state, extra, act_env_step, sample=not cfg.eval.greedy)
-                state = out.state
-                action = int(out.action[0].item())
-                if on_act is not None:
-                    on_act(out, action)
-                obs, reward, terminated, truncated, info = env.step(action)
-                total += float(reward)
-                length += 1
-                done = bool(terminated or truncated)
-                if on_step is not None:
-                    on_step(env, action, obs, float(reward), done)
-                is_first = torch.zeros(1, dtype=torch.bool, device=device)
-            success = float(info.get("success", 0.0))
-            returns.append(total)
-            lengths.append(length)
-            successes.append(success)
-            for name, unlocked in (info.get("achievements") or {}).items():
-                achievement_hits.setdefault(name, []).append(bool(unlocked))
+        for first in range(0, episodes, len(envs)):
+            wave = list(range(first, min(first + len(envs), episodes)))
+            finished = _run_wave(agent, envs[:len(wave)], wave, cfg, device, llm_inputs, should_stop,
+                                 act_env_step, on_reset, on_act, on_step)
+            if finished is None:
+                _restore(agent, generator_state, prior_state)
+                return None
+            for k, (total, length, info) in zip(wave, finished, strict=True):
+                returns[k], lengths[k], successes[k] = total, length, float(info.get("success", 0.0))
+                for name, unlocked in (info.get("achievements") or {}).items():
+                    achievement_hits.setdefault(name, []).append(bool(unlocked))
     _restore(agent, generator_state, prior_state)
     result = {
         "success_rate": float(np.mean(successes)),
@@ -97,6 +83,55 @@ def evaluate_policy(agent, env, cfg: RunConfig, device: torch.device, eval_index
         result.update(rates)
         result["crafter_score"] = crafter_score([100.0 * r for r in rates.values()])
     return result
+
+
+def _run_wave(agent, envs: list, wave: list[int], cfg: RunConfig, device, llm_inputs, should_stop, act_env_step,
+              on_reset, on_act, on_step) -> list[tuple[float, int, dict]] | None:
+    """Episodes ``wave`` side by side on ``envs``: ``[(return, length, last info)]``, None if stopped."""
+    obs_list = []
+    for k, e in zip(wave, envs, strict=True):
+        # The same layouts at every evaluation point: eval curves compare like with like.
+        obs, _ = e.reset(seed=10_000_000 + cfg.seed * 1000 + k)
+        obs_list.append(obs)
+        if on_reset is not None:
+            on_reset(k, e, obs)
+    n = len(envs)
+    state = agent.initial_state(n)
+    is_first = torch.ones(n, dtype=torch.bool, device=device)
+    totals, lengths, infos, done = [0.0] * n, [0] * n, [{}] * n, [False] * n
+    while not all(done):
+        if should_stop is not None and should_stop():
+            return None
+        obs_t = {key: torch.as_tensor(np.stack([np.asarray(o[key]) for o in obs_list]), device=device)
+                 for key in obs_list[0]}
+        extra = llm_inputs(envs) if llm_inputs is not None else None
+        out = agent.act(obs_t, is_first, state, extra, act_env_step, sample=not cfg.eval.greedy)
+        state = out.state
+        actions = out.action.reshape(-1).cpu().numpy()
+        if on_act is not None:
+            on_act(out, actions)
+        for i, e in enumerate(envs):
+            if done[i]:  # idles (its observation repeats) until the wave ends
+                continue
+            obs, reward, terminated, truncated, info = e.step(int(actions[i]))
+            obs_list[i] = obs
+            totals[i] += float(reward)
+            lengths[i] += 1
+            done[i] = bool(terminated or truncated)
+            if done[i]:
+                infos[i] = info
+            if on_step is not None:
+                on_step(wave[i], e, int(actions[i]), obs, float(reward), done[i])
+        is_first = torch.zeros(n, dtype=torch.bool, device=device)
+    return list(zip(totals, lengths, infos, strict=True))
+
+
+def make_eval_envs(cfg: RunConfig, seed: int, count: int | None = None) -> list:
+    """``eval.parallel`` (at most ``eval.episodes``) eval envs built like the trainer's."""
+    from lore.envs import make_env_from_config
+
+    count = min(cfg.eval.parallel, cfg.eval.episodes) if count is None else count
+    return [make_env_from_config(cfg.env, seed=10_000_000 + seed) for _ in range(count)]
 
 
 def _restore(agent, generator_state, prior_state) -> None:

@@ -116,14 +116,17 @@ class LLMBridge:
         self.last_llm = out
         return out
 
-    def eval_inputs(self, env) -> dict[str, np.ndarray] | None:
-        """Evaluation sees the adopted feature program (an observation transform) but no LLM prior."""
+    def eval_inputs(self, envs: list) -> dict[str, np.ndarray] | None:
+        """Evaluation sees the adopted feature program (an observation transform) but no LLM prior.
+
+        ``envs``: the eval envs stepped side by side; one sandbox round trip for all of them.
+        """
         if self.sandbox is None or self.feature_code is None:
             return None
-        res = self.sandbox.run(self.feature_code, env.state_snapshot())
+        results = self.sandbox.run_batch(self.feature_code, [env.state_snapshot() for env in envs])
         self._drop_feature_code_if_disabled()
-        return {"features": res.features[None].astype(np.float32),
-                "features_mask": np.asarray([1.0 if res.ok else 0.0], np.float32)}
+        return {"features": np.stack([res.features for res in results]).astype(np.float32),
+                "features_mask": np.asarray([1.0 if res.ok else 0.0 for res in results], np.float32)}
 
     def _adopt_feature_code(self, code: str) -> None:
         """A new feature program is adopted only if the sandbox accepts it (static check) and it was

@@ -47,20 +47,19 @@ def evaluate_random_policy(cfg: RunConfig, eval_index: int = 0, env=None) -> dic
     """One evaluation of the uniform-random policy with ``cfg``'s env, seed and ``eval.episodes``.
 
     ``eval_index`` seeds the policy's draws as the trainer's ``eval_index``-th evaluation seeds the
-    agent's (``7919 * seed + eval_index``); the layouts do not depend on it. ``env``: an eval env to
-    reuse (default: built like the trainer's, ``make_env_from_config(cfg.env, 10_000_000 + cfg.seed)``).
+    agent's (``7919 * seed + eval_index``); the layouts do not depend on it. ``env``: eval envs to
+    reuse, one or a list (default: built like the trainer's, :func:`lore.train.evaluate.make_eval_envs`).
     """
-    from lore.envs import make_env_from_config
-    from lore.train.evaluate import evaluate_policy
+    from lore.train.evaluate import evaluate_policy, make_eval_envs
 
     own = env is None
-    if own:
-        env = make_env_from_config(cfg.env, seed=10_000_000 + cfg.seed)
+    envs = make_eval_envs(cfg, cfg.seed) if own else (list(env) if isinstance(env, (list, tuple)) else [env])
     try:
-        policy = UniformRandomPolicy(int(env.action_space.n), seed=cfg.seed)
-        result = evaluate_policy(policy, env, cfg, torch.device("cpu"), eval_index)
+        policy = UniformRandomPolicy(int(envs[0].action_space.n), seed=cfg.seed)
+        result = evaluate_policy(policy, envs, cfg, torch.device("cpu"), eval_index)
     finally:
         if own:
-            env.close()
+            for e in envs:
+                e.close()
     assert result is not None  # no should_stop: it always finishes
     return result

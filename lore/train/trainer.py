@@ -168,7 +168,8 @@ class EpisodeTracker:
 class Trainer:
     def __init__(self, cfg: RunConfig, run_dir: str | Path, show_progress: bool | None = None):
         from lore.dreamer.agent import DreamerAgent
-        from lore.envs import make_env_from_config, make_vector_env
+        from lore.envs import make_vector_env
+        from lore.train.evaluate import make_eval_envs
 
         self.cfg = cfg
         self.run_dir = Path(run_dir)
@@ -180,7 +181,7 @@ class Trainer:
         # Training envs get per-env seeds derived from the run seed; evaluation uses a disjoint, fixed set of layouts.
         try:
             self.envs = make_vector_env(cfg.env, cfg.seed)
-            self.eval_env = make_env_from_config(cfg.env, seed=10_000_000 + cfg.seed)
+            self.eval_envs = make_eval_envs(cfg, cfg.seed)
         except ValueError as e:
             raise ConfigError(f"env: {e}") from e
         self.num_envs = cfg.env.num_envs
@@ -378,7 +379,7 @@ class Trainer:
     def _evaluate(self) -> None:
         from lore.train.evaluate import evaluate_policy
 
-        result = evaluate_policy(self.agent, self.eval_env, self.cfg, self.device, eval_index=len(self.eval_table.rows),
+        result = evaluate_policy(self.agent, self.eval_envs, self.cfg, self.device, eval_index=len(self.eval_table.rows),
                                  llm_inputs=self.bridge.eval_inputs,
                                  should_stop=lambda: self._stop_signal is not None)
         if result is None:  # preempted mid-evaluation: the checkpoint comes next, the eval is redone on resume
