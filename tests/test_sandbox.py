@@ -404,7 +404,8 @@ def test_timeout_kills_and_replaces_worker(sandbox):
     result = sandbox.run(ESCAPES["uninterruptible_c_call"][0], {})
     assert result.error.startswith("timeout") and time.monotonic() - start < SLACK
     assert not _pid_alive(pid_before)
-    assert sandbox.run(FEATURES_LIST, minigrid_snapshot()).ok
+    fresh = {**minigrid_snapshot(), "nonce": np.array(time.monotonic_ns())}  # never seen: not from the cache
+    assert sandbox.run(FEATURES_LIST, fresh).ok
     assert sandbox.worker_pids() and sandbox.worker_pids()[0] != pid_before
 
 
@@ -842,3 +843,31 @@ def test_worker_that_never_starts_raises_sandbox_error(tmp_path, monkeypatch):
         with pytest.raises(SandboxError, match="failed to start"):
             sb.start()
         assert sb.counters()["worker_starts"] == 2  # one retry
+
+
+def test_a_repeated_observation_is_answered_from_the_cache_and_a_failure_is_retried():
+    obs = minigrid_snapshot(agent=(2, 2))
+    with FeatureSandbox(N, timeout_s=TIMEOUT, kill_grace_s=GRACE, result_cache=2) as sb:
+        first = sb.run(FEATURES_LIST, obs)
+        expected = first.features.tolist()
+        first.features[:] = -1.0  # the caller's copy: the cache keeps its own
+        again = sb.run_batch(FEATURES_LIST, [obs, minigrid_snapshot(agent=(1, 1))])
+        assert again[0].ok and again[0].features.tolist() == expected != again[1].features.tolist()
+        assert sb.counters()["cache_hits"] == 1 and sb.counters()["calls"] == 3
+        # an equal observation built anew hits; another dtype of the same numbers does not
+        same = {k: np.array(v) for k, v in obs.items()}
+        other_dtype = {**obs, "agent_dir": np.array(0, np.int32)}
+        sb.run_batch(FEATURES_LIST, [same, other_dtype])
+        assert sb.counters()["cache_hits"] == 2
+        # at most result_cache entries: the oldest (obs) was evicted
+        sb.run(FEATURES_LIST, minigrid_snapshot(agent=(1, 4)))
+        sb.run(FEATURES_LIST, obs)
+        assert sb.counters()["cache_hits"] == 2
+        # a failure is never cached: the same observation runs again (and fails again)
+        failing = _fn("while True:\n    pass")
+        assert not sb.run(failing, obs).ok and not sb.run(failing, obs).ok
+        assert sb.counters()["failures_timeout"] == 2 and sb.counters()["cache_hits"] == 2
+    with FeatureSandbox(N, timeout_s=TIMEOUT, result_cache=0) as sb:
+        sb.run(FEATURES_LIST, obs)
+        sb.run(FEATURES_LIST, obs)
+        assert sb.counters()["cache_hits"] == 0
