@@ -4,6 +4,7 @@
 #   snakemake --profile workflow/profiles/default         # same, with keep-going / retries
 #   snakemake --profile workflow/profiles/slurm --configfile config/paper.yaml
 #   snakemake --report results/report.html                # HTML report of the last run
+#   snakemake --cores 2 --configfile config/benchmark.yaml  # LLM-prior benchmark -> docs/benchmark/
 #
 # See docs/workflow.md.
 from snakemake.utils import min_version
@@ -23,13 +24,15 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/paper.smk"
+include: "workflow/rules/benchmark_report.smk"
 include: "workflow/rules/slurm.smk"
 
 
 report: "workflow/report/workflow.rst"
 
 
-# Cheap rules, and the ones that need TeX, run where Snakemake runs, never as cluster jobs.
+# Cheap rules, and the ones that need TeX, run where Snakemake runs, never as cluster jobs
+# (benchmark_report, defined only for configs with `benchmark_report:`, says so itself).
 localrules:
     all,
     aggregate,

@@ -288,11 +288,13 @@ def _copy_workflow(dest: Path) -> Path:
 
 
 def test_analysis_rules_declare_the_code_their_commands_load(tmp_path):
-    proc = run_snakemake(tmp_path, "-n", configfile=TEST_CONFIG, timeout=120)
+    # the test grid with the benchmark report (config/benchmark.yaml's rule) on top
+    configfile = write_config(tmp_path / "with_report.yaml", benchmark_report={"out": "report"})
+    proc = run_snakemake(tmp_path / "work", "-n", configfile=configfile, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     planned = _planned_inputs(proc.stdout + proc.stderr)
     entry = {"aggregate": ["aggregate", "latex", "runs"], "figures": ["aggregate", "figures", "runs"],
-             "paper_macros": ["aggregate", "paper"], "paper": ["paper"]}
+             "paper_macros": ["aggregate", "paper"], "paper": ["paper"], "benchmark_report": ["benchmark_report"]}
     for rule, modules in entry.items():
         code = {Path(p).relative_to(REPO).as_posix() for p in planned[rule][0] if p.endswith(".py")}
         script = ("import importlib, sys\n"

@@ -5,6 +5,8 @@
     lore paper-macros --tables results/tables --out paper/generated
     python -m lore.analysis.cli paper-build --tex paper/lore.tex --generated paper/generated \
         --figures results/figures --out results/paper/lore.pdf
+    python -m lore.analysis.cli benchmark-report --tables results/bench/tables \
+        --figures results/bench/figures --out docs/benchmark --budgets 2500 5000 10000
 
 ``lore.cli`` delegates the first three here (``main(argv)`` with argv starting at the
 subcommand). Every error is one line on stderr with exit status 2 (bad input) or 1.
@@ -112,6 +114,13 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--figures", default="results/figures")
     b.add_argument("--out", default="results/paper/lore.pdf")
     b.add_argument("--log", help="write the LaTeX output here")
+
+    r = sub.add_parser("benchmark-report", help="the LLM-prior benchmark report (README.md, summary.csv, "
+                                                "cited figures, CSV tables) from the tables and figures")
+    _settings_args(r)
+    r.add_argument("--tables", default="results/tables", help="folder written by `lore aggregate`")
+    r.add_argument("--figures", default="results/figures", help="folder written by `lore figures`")
+    r.add_argument("--out", default="docs/benchmark")
     return parser
 
 
@@ -160,8 +169,15 @@ def _paper_build(args) -> None:
     print(json.dumps({"pdf": str(out)}))
 
 
+def _benchmark_report(args) -> None:
+    from lore.analysis.benchmark_report import write_report
+
+    written = write_report(args.tables, args.figures, args.out, settings_from_args(args))
+    print(json.dumps({"files": [str(p) for p in written]}))
+
+
 COMMANDS = {"aggregate": _aggregate, "figures": _figures, "paper-macros": _paper_macros,
-            "paper-build": _paper_build}
+            "paper-build": _paper_build, "benchmark-report": _benchmark_report}
 
 
 def main(argv: list[str] | None = None) -> int:

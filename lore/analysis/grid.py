@@ -2,9 +2,13 @@
 
 The Snakefile validates the config's shape with ``workflow/schemas/config.schema.yaml`` and then
 calls :func:`check_workflow_config` here, which checks what a schema cannot: ablation names
-against :data:`lore.ablations.ABLATIONS`, environment ids against the registered ones, and that
-every (env, ablation) run config resolves (unknown keys and wrong types in ``run:`` overrides are
-caught before any job starts). Each error names the offending field.
+against :data:`lore.ablations.ABLATIONS`, environment ids against the registered ones, that no run
+is in two blocks of ``grid:``, and that every (env, ablation) run config resolves (unknown keys and
+wrong types in ``run:`` overrides are caught before any job starts). Each error is one line that
+starts with the offending field.
+
+The grid is the product ``envs`` x ``ablations`` x ``seeds``, or the union of the products of the
+blocks of ``grid:``; every output goes under ``results_root`` (default ``results``).
 """
 
 from __future__ import annotations
@@ -16,7 +20,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-RUNS_ROOT = "results/runs"
+DEFAULT_RESULTS_ROOT = "results"
+"""Where the workflow writes runs, logs, tables, figures and the PDF unless ``results_root`` says otherwise."""
+RUNS_ROOT = f"{DEFAULT_RESULTS_ROOT}/runs"
+GRID_KEYS = ("envs", "ablations", "seeds")
+"""The keys of one block of the grid: every (env, ablation, seed) of their product is one training run."""
+# Letters, digits and . _ - / only: the path goes unquoted into shell commands ({log}) and must not
+# hold Snakemake wildcards ({...}).
+_RESULTS_ROOT_PATTERN = r"^[A-Za-z0-9_./-]+$"
 # Kept here rather than imported from lore.envs.crafter (which imports crafter and torch, ~1 s,
 # on every dry run); tests/test_workflow.py checks it equals lore.envs.crafter.CRAFTER_NAMES.
 CRAFTER_ENV_NAMES = ("crafter", "CrafterReward-v1", "CrafterNoReward-v1")
@@ -52,10 +63,28 @@ class TrainJob:
     env: str
     ablation: str
     seed: int
+    runs_root: str = RUNS_ROOT
 
     @property
     def run_dir(self) -> str:
-        return f"{RUNS_ROOT}/{self.env}/{self.ablation}/seed{self.seed}"
+        return f"{self.runs_root}/{self.env}/{self.ablation}/seed{self.seed}"
+
+
+def results_root(config: dict) -> str:
+    """The folder every output of the workflow goes under (``results_root``, default ``results``)."""
+    return os.path.normpath(config.get("results_root") or DEFAULT_RESULTS_ROOT)
+
+
+def runs_root(config: dict) -> str:
+    return f"{results_root(config)}/runs"
+
+
+def generated_dir(config: dict) -> str:
+    """Where ``lore paper-macros`` writes: ``paper/generated`` (read by ``paper/lore.tex`` when built in
+    place) for the default results root; under any other root, inside it, so that a second grid (e.g.
+    the benchmark) never overwrites the main job's macros."""
+    root = results_root(config)
+    return "paper/generated" if root == DEFAULT_RESULTS_ROOT else f"{root}/paper/generated"
 
 
 def known_env(name: str) -> bool:
@@ -98,7 +127,12 @@ def run_overrides(config: dict, env: str, ablation: str, seed: int | None = None
         # Only for ablations that call an LLM: rl_only keeps llm.backend=none from its ablation.
         overrides["llm.backend"] = backend
     if seed is not None and uses_llm(ablation):
-        overrides.update(cache_overrides(config, TrainJob(env, ablation, int(seed))))
+        overrides.update(cache_overrides(config, TrainJob(env, ablation, int(seed), runs_root(config))))
+    elif not (config.get("llm_cache") or {}).get("per_run", True):
+        # `per_run: false` is "no writable cache" for every run, said in the config.yaml of the runs that
+        # never ask an LLM too (as benchmarks/learning_curve.py did), so those runs, started by either, resume
+        # under the workflow with the config they were started with.
+        overrides["llm.cache_path"] = None
     return overrides
 
 
@@ -164,24 +198,9 @@ def check_workflow_config(config: dict, environ: dict | None = None) -> list[Tra
     from lore.config import ConfigError, build_config, load_yaml
 
     environ = os.environ if environ is None else environ
-    for key in ("envs", "ablations", "seeds"):
-        value = config.get(key)
-        if not isinstance(value, list) or not value:
-            raise GridError(f"{key}: must be a non-empty list, got {value!r}")
-    envs, ablations, seeds = config["envs"], config["ablations"], config["seeds"]
-    for i, env in enumerate(envs):
-        if not isinstance(env, str) or not known_env(env):
-            raise GridError(f"envs[{i}]: unknown environment {env!r}.{_env_hint(str(env))} Accepted: "
-                            f"{', '.join(CRAFTER_ENV_NAMES)} or a registered MiniGrid-* id")
-    for i, ablation in enumerate(ablations):
-        if ablation not in ABLATIONS:
-            raise GridError(f"ablations[{i}]: unknown ablation {ablation!r} (valid: {', '.join(ABLATIONS)})")
-    for i, seed in enumerate(seeds):
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise GridError(f"seeds[{i}]: expected a non-negative integer, got {seed!r}")
-    _check_unique("envs", envs)
-    _check_unique("ablations", ablations)
-    _check_unique("seeds", seeds)
+    _check_results_root(config)
+    jobs = _checked_grid(config, ABLATIONS)
+    ablations = list(dict.fromkeys(job.ablation for job in jobs))
 
     for section in ("run", "env_run", "resources", "analysis"):
         if config.get(section) is not None and not isinstance(config[section], dict):
@@ -213,20 +232,112 @@ def check_workflow_config(config: dict, environ: dict | None = None) -> list[Tra
             file_data = load_yaml(path)
         except ConfigError as e:
             raise GridError(f"run_config: {e}") from None
-    for env in envs:
-        for ablation in ablations:
-            overrides = [f"{k}={json.dumps(v)}" for k, v in run_overrides(config, env, ablation, seeds[0]).items()]
-            try:
-                build_config(file_data, overrides, ablation)
-            except ConfigError as e:
-                where = "env_run." + env if env in (config.get("env_run") or {}) else "run"
-                raise GridError(f"{where}: {e} (run {env} / {ablation})") from None
+    first_seed = {}  # one run per (env, ablation): the seed only names the run's own cache
+    for job in jobs:
+        first_seed.setdefault((job.env, job.ablation), job.seed)
+    for (env, ablation), seed in first_seed.items():
+        overrides = [f"{k}={json.dumps(v)}" for k, v in run_overrides(config, env, ablation, seed).items()]
+        try:
+            build_config(file_data, overrides, ablation)
+        except ConfigError as e:
+            where = "env_run." + env if env in (config.get("env_run") or {}) else "run"
+            raise GridError(f"{where}: {e} (run {env} / {ablation})") from None
 
     try:
         AnalysisSettings.from_mapping(config.get("analysis"))
     except (ValueError, TypeError) as e:
         raise GridError(str(e) if str(e).startswith("analysis") else f"analysis: {e}") from None
-    return grid_jobs(config)
+    _check_benchmark_report(config)
+    return jobs
+
+
+def grid_blocks(config: dict) -> list[tuple[str, dict]]:
+    """``(where, block)`` pairs: the blocks of ``grid:``, or the one product of ``envs`` x ``ablations`` x
+    ``seeds``; ``where`` prefixes the key names in error messages (``grid[1].`` or nothing)."""
+    if config.get("grid") is not None:
+        return [(f"grid[{i}].", block) for i, block in enumerate(config["grid"])]
+    return [("", {key: config.get(key) for key in GRID_KEYS})]
+
+
+def _checked_grid(config: dict, ablation_names) -> list[TrainJob]:
+    """Every block of the grid checked, named by key; the training jobs, each run at most once."""
+    grid = config.get("grid")
+    if grid is not None:
+        if not isinstance(grid, list) or not grid:
+            raise GridError(f"grid: must be a non-empty list of blocks {{envs, ablations, seeds}}, got {grid!r}")
+        both = [key for key in GRID_KEYS if config.get(key) is not None]
+        if both:
+            raise GridError(f"{both[0]}: `grid` replaces envs/ablations/seeds; give each block its own {both[0]}")
+    for where, block in grid_blocks(config):
+        _check_block(where, block, ablation_names)
+    seen: dict[TrainJob, str] = {}
+    for where, block in grid_blocks(config):
+        for job in _block_jobs(config, block):
+            if job in seen:
+                raise GridError(f"{where.rstrip('.') or 'grid'}: run {job.env} / {job.ablation} / seed {job.seed} "
+                                f"is already in {seen[job].rstrip('.')}")
+            seen[job] = where
+    return list(seen)
+
+
+def _check_block(where: str, block: object, ablation_names) -> None:
+    if not isinstance(block, dict):
+        raise GridError(f"{where.rstrip('.')}: must be a mapping with keys {', '.join(GRID_KEYS)}, got {block!r}")
+    unknown = sorted(set(block) - set(GRID_KEYS), key=str)
+    if unknown:
+        raise GridError(f"{where}{unknown[0]}: unknown key (valid: {', '.join(GRID_KEYS)})")
+    for key in GRID_KEYS:
+        value = block.get(key)
+        if not isinstance(value, list) or not value:
+            raise GridError(f"{where}{key}: must be a non-empty list, got {value!r}")
+    for i, env in enumerate(block["envs"]):
+        if not isinstance(env, str) or not known_env(env):
+            raise GridError(f"{where}envs[{i}]: unknown environment {env!r}.{_env_hint(str(env))} Accepted: "
+                            f"{', '.join(CRAFTER_ENV_NAMES)} or a registered MiniGrid-* id")
+    for i, ablation in enumerate(block["ablations"]):
+        if ablation not in ablation_names:
+            raise GridError(f"{where}ablations[{i}]: unknown ablation {ablation!r} (valid: {', '.join(ablation_names)})")
+    for i, seed in enumerate(block["seeds"]):
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise GridError(f"{where}seeds[{i}]: expected a non-negative integer, got {seed!r}")
+    for key in GRID_KEYS:
+        _check_unique(f"{where}{key}", block[key])
+
+
+def _block_jobs(config: dict, block: dict) -> list[TrainJob]:
+    root = runs_root(config)
+    return [TrainJob(env, ablation, int(seed), root)
+            for env in block["envs"] for ablation in block["ablations"] for seed in block["seeds"]]
+
+
+def _check_results_root(config: dict) -> None:
+
+    root = config.get("results_root")
+    if root is None:
+        return
+    _check_output_folder("results_root", root)
+
+
+def _check_benchmark_report(config: dict) -> None:
+
+    report = config.get("benchmark_report")
+    if report is None:
+        return
+    if not isinstance(report, dict) or set(report) != {"out"}:
+        raise GridError(f"benchmark_report: expected a mapping {{out: <folder>}}, got {report!r}")
+    _check_output_folder("benchmark_report.out", report["out"])
+
+
+def _check_output_folder(key: str, folder: object) -> None:
+    """A folder of its own for generated files: a plain relative or absolute path, not ``.`` or ``/``."""
+    import re
+
+    if not isinstance(folder, str) or not re.match(_RESULTS_ROOT_PATTERN, folder):
+        raise GridError(f"{key}: expected a folder path of letters, digits and . _ - / "
+                        f"(no blanks or wildcards), got {folder!r}")
+    if os.path.normpath(folder) in (".", "/"):
+        raise GridError(f"{key}: {folder!r} would mix the outputs with other files; name a folder of "
+                        f"its own, e.g. results/bench")
 
 
 def _check_llm_cache(config: dict) -> None:
@@ -280,8 +391,13 @@ def _check_resources(config: dict) -> None:
 
 
 def grid_jobs(config: dict) -> list[TrainJob]:
-    return [TrainJob(env, ablation, int(seed))
-            for env in config["envs"] for ablation in config["ablations"] for seed in config["seeds"]]
+    """The training runs of a (checked) config: the product of each block, blocks in order."""
+    return [job for _, block in grid_blocks(config) for job in _block_jobs(config, block)]
+
+
+def grid_envs(config: dict) -> list[str]:
+    """The environments of the grid, each once, in the order the config names them."""
+    return list(dict.fromkeys(job.env for job in grid_jobs(config)))
 
 
 def env_resources(config: dict, env: str) -> dict[str, object]:

@@ -10,7 +10,7 @@ rule aggregate:
                 if path.endswith("stats.csv") else path for path in TABLE_FILES],
         latex=LATEX_TABLE_FILES,
     log:
-        "results/logs/aggregate.log",
+        f"{LOGS}/aggregate.log",
     params:
         run_dirs=quote_all(run_dirs()),
         settings=analysis_flags(),

@@ -10,11 +10,14 @@ from lore.analysis.grid import (
     GridError,
     normalise_cli_config,
     retry_resource,
-    RUNS_ROOT,
     analysis_args,
     check_workflow_config,
     env_resources,
+    generated_dir,
+    grid_envs,
     quote_all,
+    results_root,
+    runs_root,
     shared_cache_input,
     train_command_args,
     train_slurm_extra,
@@ -40,22 +43,38 @@ try:
 except GridError as e:
     raise WorkflowError(f"invalid workflow config: {e}") from None
 
-ENVS = list(config["envs"])
-ABLATIONS_IN_GRID = list(config["ablations"])
-SEEDS = [int(s) for s in config["seeds"]]
+ENVS = grid_envs(config)
 REPO = Path(workflow.basedir)
 
-RUN_DIR = os.path.join(RUNS_ROOT, "{env}", "{ablation}", "seed{seed}")
-TRAIN_LOG = "results/logs/train/{env}/{ablation}/seed{seed}.log"
-TABLES = "results/tables"
-FIGURES_DIR = "results/figures"
-GENERATED = "paper/generated"
-PAPER_PDF = "results/paper/lore.pdf"
+# Every output lives under `results_root` (default results/), so two configs (the main job,
+# config/benchmark.yaml) never write the same file; paper/generated is the exception (lore.analysis.grid.generated_dir).
+RESULTS = results_root(config)
+RUN_DIR = os.path.join(runs_root(config), "{env}", "{ablation}", "seed{seed}")
+LOGS = f"{RESULTS}/logs"
+TRAIN_LOG = os.path.join(LOGS, "train", "{env}", "{ablation}", "seed{seed}.log")
+TRAIN_BENCHMARK = os.path.join(RESULTS, "benchmarks", "train", "{env}", "{ablation}", "seed{seed}.tsv")
+TABLES = f"{RESULTS}/tables"
+FIGURES_DIR = f"{RESULTS}/figures"
+GENERATED = generated_dir(config)
+PAPER_PDF = f"{RESULTS}/paper/lore.pdf"
 
 TABLE_FILES = [f"{TABLES}/{name}.csv" for name in ("eval_points", "runs", "stats", "improvement", "achievements")]
 LATEX_TABLE_FILES = [f"{TABLES}/{name}.tex" for name in ("sr_table", "efficiency_table", "crafter_table", "ablation_table")]
 FIGURE_NAMES = ["fig1_success", "prior_dynamics", "kl_traces", "iqm_intervals", "p_improvement", "crafter_achievements"]
 GENERATED_FILES = [f"{GENERATED}/{name}.tex" for name in ("macros", "sr_table", "efficiency_table", "crafter_table", "ablation_table")]
+
+# The benchmark report (`benchmark_report: {out: ...}`, config/benchmark.yaml): what
+# lore.analysis.benchmark_report.write_report writes (REPORT_FIGURES, REPORT_TABLES there; names kept
+# here so that a dry run does not import pandas).
+BENCHMARK_REPORT_DIR = os.path.normpath(config["benchmark_report"]["out"]) if config.get("benchmark_report") else None
+BENCHMARK_REPORT_FIGURES = ["fig1_success", "prior_dynamics", "kl_traces"]
+BENCHMARK_REPORT_TABLES = ["eval_points", "runs", "stats", "improvement", "achievements"]
+BENCHMARK_REPORT_FILES = (
+    [f"{BENCHMARK_REPORT_DIR}/README.md", f"{BENCHMARK_REPORT_DIR}/summary.csv"]
+    + [f"{BENCHMARK_REPORT_DIR}/figures/{name}.png" for name in BENCHMARK_REPORT_FIGURES]
+    + [f"{BENCHMARK_REPORT_DIR}/tables/{name}.csv" for name in BENCHMARK_REPORT_TABLES]
+    if BENCHMARK_REPORT_DIR else []
+)
 
 wildcard_constraints:
     env="[A-Za-z0-9][A-Za-z0-9_.-]*",
@@ -137,6 +156,7 @@ ANALYSIS_CODE = {
     # paper-build only compiles the TeX, but loading lore.analysis.paper loads the table code too
     "paper": ["analysis/cli", "analysis/paper", "analysis/aggregate", "analysis/latex", "analysis/runs",
               "analysis/settings", "analysis/stats"],
+    "benchmark_report": _TABLES_CODE + ["analysis/benchmark_report"],
 }
 
 
@@ -160,4 +180,6 @@ def all_targets():
     targets += GENERATED_FILES
     if config.get("paper", True):
         targets.append(PAPER_PDF)
+    if config.get("benchmark_report"):
+        targets += BENCHMARK_REPORT_FILES
     return targets

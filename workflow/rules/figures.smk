@@ -11,7 +11,7 @@ rule figures:
              for name in FIGURE_NAMES],
         pdf=[f"{FIGURES_DIR}/{name}.pdf" for name in FIGURE_NAMES],
     log:
-        "results/logs/figures.log",
+        f"{LOGS}/figures.log",
     params:
         run_dirs=quote_all(run_dirs()),
         settings=analysis_flags(),

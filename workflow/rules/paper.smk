@@ -8,7 +8,7 @@ rule paper_macros:
     output:
         GENERATED_FILES,
     log:
-        "results/logs/paper_macros.log",
+        f"{LOGS}/paper_macros.log",
     params:
         settings=analysis_flags(),
         envs=quote_all(ENVS),
@@ -35,7 +35,7 @@ rule paper:
     output:
         report(PAPER_PDF, category="Paper", caption="../report/paper.rst"),
     log:
-        "results/logs/paper.log",
+        f"{LOGS}/paper.log",
     params:
         generated=lambda wildcards, input: folder_of(input.generated),
         figures=lambda wildcards, input: folder_of(input.figures),

@@ -23,7 +23,7 @@ rule train:
     log:
         TRAIN_LOG,
     benchmark:
-        "results/benchmarks/train/{env}/{ablation}/seed{seed}.tsv"
+        TRAIN_BENCHMARK
     params:
         run_dir=RUN_DIR,
         log_link=train_log_link,

@@ -1,0 +1,246 @@
+"""The LLM-prior benchmark report, from the tables and figures the workflow made of its raw runs.
+
+The rule ``benchmark_report`` (``workflow/rules/benchmark_report.smk``, run for
+``config/benchmark.yaml``) calls :func:`write_report`, which writes to the report folder
+(``docs/benchmark/``):
+
+- ``README.md``: per environment and arm the eval success rate at each budget and the AUC (mean and
+  95% bootstrap CI over seeds, n stated), LLM API calls, the quantities that show each part of the
+  prior acting (trust, gate separation, KL against its bound, temperature refits), and the issue's
+  targets, each marked met / not met by the numbers;
+- ``summary.csv``: the per-arm table of ``README.md`` as numbers;
+- ``figures/``: the figures the README cites; ``tables/``: the CSV tables of ``lore aggregate``.
+
+Nothing in the output is typed by hand: the same runs give the same files.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+from pathlib import Path
+
+import pandas as pd
+
+from lore.analysis.latex import FEW_SEEDS
+from lore.analysis.settings import AnalysisSettings, budget_metric
+
+REPORT_FIGURES = {"fig1_success": "learning curves", "prior_dynamics": "β, trust, calls",
+                  "kl_traces": "act-time KL, λ, entropy, T"}
+"""The figures ``README.md`` cites (name: what it shows), copied as PNG into ``<out>/figures/``."""
+REPORT_TABLES = ("eval_points", "runs", "stats", "improvement", "achievements")
+"""The CSV tables of ``lore aggregate`` copied into ``<out>/tables/``."""
+BASELINE_FIRST = "rl_only"
+"""Listed first in every table: the arm the others are read against."""
+
+
+def budget_label(steps: int) -> str:
+    """``2500`` -> ``2.5k``, ``10000`` -> ``10k``, ``500`` -> ``500`` (column headers)."""
+    return f"{steps / 1000:g}k" if steps >= 1000 else str(steps)
+
+
+def stat(stats: pd.DataFrame, env: str, arm: str, metric: str) -> pd.Series | None:
+    rows = stats[(stats["env"] == env) & (stats["ablation"] == arm) & (stats["metric"] == metric)]
+    return rows.iloc[0] if len(rows) else None
+
+
+def mean_of(stats: pd.DataFrame, env: str, arm: str, metric: str) -> float:
+    row = stat(stats, env, arm, metric)
+    return float(row["mean"]) if row is not None else math.nan
+
+
+def fmt_interval(mean: float, low: float, high: float, n: float, digits: int = 2) -> str:
+    """``0.95 [0.91, 0.99]``; a dagger when from fewer than FEW_SEEDS seeds; a dash when there is no value."""
+    if not math.isfinite(mean):
+        return "—"
+    flag = "" if n >= FEW_SEEDS else "†"
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return f"{mean:.{digits}f}{flag}"
+    return f"{mean:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]{flag}"
+
+
+def fmt_ci(row: pd.Series | None, digits: int = 2) -> str:
+    if row is None:
+        return "—"
+    return fmt_interval(float(row.get("mean", math.nan)), float(row.get("mean_low", math.nan)),
+                        float(row.get("mean_high", math.nan)), float(row["n"]), digits)
+
+
+def arm_order(arms) -> list[str]:
+    return sorted(arms, key=lambda a: (a != BASELINE_FIRST, a))
+
+
+def arm_summary(stats: pd.DataFrame, runs_table: pd.DataFrame, env: str, arm: str,
+                budgets: tuple[int, ...]) -> dict[str, object]:
+    """One row of ``summary.csv``: runs, untrained SR, SR at each budget and AUC (mean, CI, n), API calls."""
+    group = runs_table[(runs_table["env"] == env) & (runs_table["ablation"] == arm)]
+    calls = group["llm_calls"].dropna() if "llm_calls" in group else pd.Series(dtype=float)
+    row: dict[str, object] = {"env": env, "arm": arm, "runs": len(group),
+                              "initial_sr": float(group["initial_sr"].mean()) if "initial_sr" in group else math.nan}
+    for metric in [budget_metric(b) for b in budgets] + ["auc"]:
+        values = stat(stats, env, arm, metric)
+        for field in ("mean", "mean_low", "mean_high", "n"):
+            row[f"{metric}_{field}"] = float(values[field]) if values is not None else math.nan
+    row.update({"llm_calls_mean": float(calls.mean()) if len(calls) else 0.0,
+                "llm_calls_min": float(calls.min()) if len(calls) else 0.0,
+                "llm_calls_max": float(calls.max()) if len(calls) else 0.0})
+    return row
+
+
+def summary_table(stats: pd.DataFrame, runs_table: pd.DataFrame, settings: AnalysisSettings) -> pd.DataFrame:
+    rows = []
+    for env in sorted(runs_table["env"].unique()):
+        env_runs = runs_table[runs_table["env"] == env]
+        for arm in arm_order(env_runs["ablation"].unique()):
+            rows.append(arm_summary(stats, runs_table, env, arm, settings.budgets_for(env)))
+    return pd.DataFrame(rows)
+
+
+def arm_table(summary: pd.DataFrame, env: str, budgets: tuple[int, ...]) -> list[str]:
+    """The Markdown table of one environment, formatted from its rows of ``summary.csv``."""
+    header = ["arm", "n", "SR untrained (step 0)", *[f"SR @{budget_label(b)}" for b in budgets], "AUC", "API calls"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in summary[summary["env"] == env].to_dict("records"):
+        cells = [fmt_interval(row[f"{m}_mean"], row[f"{m}_mean_low"], row[f"{m}_mean_high"], row[f"{m}_n"])
+                 for m in [budget_metric(b) for b in budgets]]
+        auc = fmt_interval(row["auc_mean"], row["auc_mean_low"], row["auc_mean_high"], row["auc_n"], 3)
+        floor = f"{row['initial_sr']:.2f}" if math.isfinite(row["initial_sr"]) else "—"
+        calls = f"{row['llm_calls_mean']:.1f} ({row['llm_calls_min']:.0f}–{row['llm_calls_max']:.0f})"
+        lines.append(f"| {row['arm']} | {row['runs']} | {floor} | {' | '.join(cells)} | {auc} | {calls} |")
+    return lines
+
+
+PRIOR_COLUMNS = {
+    "trust LLM / plan (last)": ("trust_llm_last", "trust_plan_last", "{:.2f} / {:.2f}"),
+    "β advised: disagree / agree": ("beta_disagree_avg", "beta_agree_avg", "{:.2f} / {:.2f}"),
+    "entropy part d / a": ("u_entropy_frac_disagree_avg", "u_entropy_frac_agree_avg", "{:.2f} / {:.2f}"),
+    "value part d / a": ("u_value_ratio_disagree_avg", "u_value_ratio_agree_avg", "{:.2f} / {:.2f}"),
+    "disagreement part d / a": ("u_disagreement_ratio_disagree_avg", "u_disagreement_ratio_agree_avg",
+                                "{:.2f} / {:.2f}"),
+    "act KL mean / max": ("kl_mix_wm_avg", "kl_act_max", "{:.2f} / {:.2f}"),
+    "KL bound": ("cfg_prior_kl_bound", None, "{:g}"),
+    "λ < λ_max": ("lambda_below_max_frac", None, "{:.0%}"),
+    "T refits (at bound)": ("temperature_refits_last", "temperature_refits_at_bound_last", "{:.1f} ({:.1f})"),
+    "T range": ("temperature_lo", "temperature_hi", "{:.2f}–{:.2f}"),
+}
+
+
+def prior_rows(env_runs: pd.DataFrame) -> list[str]:
+    """What each part of the prior did: per-run quantities from `lore aggregate`, mean over seeds
+    (the KL maximum and T range are taken over seeds). d / a = advised states where the advice's top
+    action differs from / equals the policy's."""
+    prior = env_runs[env_runs["beta_mean_avg"].notna()] if "beta_mean_avg" in env_runs else env_runs.iloc[:0]
+    if not len(prior):
+        return []
+    lines = ["What each part of the prior did (per run after the prefill, mean over seeds; d / a = advised "
+             "states where the advice's top action differs from / equals the policy's):", "",
+             "| arm | " + " | ".join(PRIOR_COLUMNS) + " |", "|---|" + "---|" * len(PRIOR_COLUMNS)]
+    for arm, group in prior.groupby("ablation"):
+        cells = []
+        for first, second, fmt in PRIOR_COLUMNS.values():
+            def pick(col, how="mean", group=group):
+                if col is None or col not in group or group[col].isna().all():
+                    return math.nan
+                values = group[col].astype(float)
+                return {"mean": values.mean(), "max": values.max(), "min": values.min()}[how]
+            if first == "kl_mix_wm_avg":
+                values = (pick(first), pick(second, "max"))
+            elif first == "temperature_lo":
+                values = (pick(first, "min"), pick(second, "max"))
+            else:
+                values = (pick(first),) if second is None else (pick(first), pick(second))
+            cells.append("—" if any(math.isnan(v) for v in values) else fmt.format(*values))
+        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def verdict(ok: bool | None) -> str:
+    return "n/a (arm not run)" if ok is None else ("**met**" if ok else "**not met**")
+
+
+def targets(stats: pd.DataFrame, runs_table: pd.DataFrame, env: str, last: int) -> list[str]:
+    """The issue's targets on one environment, each with the numbers it rests on."""
+    sr, auc = budget_metric(int(last)), "auc"
+
+    def have(*arms):
+        return all(stat(stats, env, a, auc) is not None for a in arms)
+
+    out = []
+    if have("full"):
+        v = mean_of(stats, env, "full", sr)
+        out.append(f"- `full` eval SR ≥ 0.9 at {last}: {v:.2f} → {verdict(v >= 0.9)}")
+        for other in ("kl", "gate", "prior_only"):
+            if have(other):
+                full_high = float(stat(stats, env, "full", auc)["mean_high"])
+                other_mean = mean_of(stats, env, other, auc)
+                out.append(f"- `full` AUC not below `{other}` beyond the CI: full AUC "
+                           f"{fmt_ci(stat(stats, env, 'full', auc))} vs {other} {other_mean:.2f} → "
+                           f"{verdict(full_high >= other_mean)}")
+    if have("full_adversarial", "rl_only"):
+        adv, base = mean_of(stats, env, "full_adversarial", auc), mean_of(stats, env, "rl_only", auc)
+        out.append(f"- `full_adversarial` AUC ≥ 0.9 × `rl_only` AUC: {adv:.3f} vs 0.9 × {base:.3f} = "
+                   f"{0.9 * base:.3f} → {verdict(adv >= 0.9 * base)}")
+        a_sr, b_sr = mean_of(stats, env, "full_adversarial", sr), mean_of(stats, env, "rl_only", sr)
+        out.append(f"- `full_adversarial` final SR ≥ `rl_only` − 0.05: {a_sr:.2f} vs {b_sr:.2f} − 0.05 → "
+                   f"{verdict(a_sr >= b_sr - 0.05)}")
+    if have("full_noisy", "full", "full_adversarial"):
+        n, f, a = (mean_of(stats, env, x, auc) for x in ("full_noisy", "full", "full_adversarial"))
+        out.append(f"- `full_noisy` AUC between adversarial and good: {a:.3f} ≤ {n:.3f} ≤ {f:.3f} → "
+                   f"{verdict(a <= n <= f)}")
+    calls = runs_table[runs_table["env"] == env].groupby("ablation")["llm_calls"].mean() \
+        if "llm_calls" in runs_table else pd.Series(dtype=float)
+    if "full" in calls:
+        out.append(f"- `full` ≤ 50 API calls per 10k env steps: {calls['full']:.1f} → {verdict(calls['full'] <= 50)}")
+    if "full_distill" in calls and have("full", "rl_only", "full_distill"):
+        base = mean_of(stats, env, "rl_only", sr)
+        gain_full = mean_of(stats, env, "full", sr) - base
+        gain_distill = mean_of(stats, env, "full_distill", sr) - base
+        ratio = gain_distill / gain_full if gain_full > 0 else math.nan
+        ok = calls["full_distill"] <= 25 and math.isfinite(ratio) and ratio >= 0.9
+        out.append(f"- `full_distill` ≤ 25 calls at ≥ 90% of `full`'s SR gain: {calls['full_distill']:.1f} calls, "
+                   f"gain {gain_distill:+.2f} vs {gain_full:+.2f} ({ratio:.0%}) → {verdict(ok)}")
+    return out
+
+
+def episodes_per_point(runs_table: pd.DataFrame) -> str:
+    """"20 episodes per point" from the runs' own configs (several values are listed)."""
+    if "cfg_eval_episodes" not in runs_table or runs_table["cfg_eval_episodes"].isna().all():
+        return "episodes per point: see the runs' config.yaml"
+    counts = sorted({int(v) for v in runs_table["cfg_eval_episodes"].dropna()})
+    return f"{' or '.join(str(c) for c in counts)} episodes per point"
+
+
+def markdown_report(stats: pd.DataFrame, runs_table: pd.DataFrame, settings: AnalysisSettings) -> str:
+    summary = summary_table(stats, runs_table, settings)
+    lines = ["# LLM-prior benchmark (written by `lore.analysis.benchmark_report` from the raw runs; do not edit)",
+             "",
+             f"Eval success rate of the learned policy **without** the prior ({episodes_per_point(runs_table)}), "
+             f"mean and {settings.confidence:.0%} bootstrap CI over seeds; † marks fewer than {FEW_SEEDS} seeds. "
+             "AUC = mean eval SR over the run. Calls = LLM API calls per run (mean, min–max). "
+             "The same numbers: `summary.csv`.", ""]
+    for env in sorted(runs_table["env"].unique()):
+        budgets = settings.budgets_for(env)
+        lines += [f"## {env}", ""] + arm_table(summary, env, budgets) + [""]
+        lines += ["Targets (issue 9):", ""] + targets(stats, runs_table, env, budgets[-1]) + [""]
+        lines += prior_rows(runs_table[runs_table["env"] == env]) + [""]
+    lines += ["Figures: " + ", ".join(f"`figures/{name}.png` ({what})" for name, what in REPORT_FIGURES.items())
+              + ".", ""]
+    return "\n".join(lines)
+
+
+def write_report(tables_dir: str | Path, figures_dir: str | Path, out: str | Path,
+                 settings: AnalysisSettings) -> list[Path]:
+    """Write ``README.md``, ``summary.csv`` and copies of the cited figures and CSV tables to ``out``."""
+    tables_dir, figures_dir, out = Path(tables_dir), Path(figures_dir), Path(out)
+    stats = pd.read_csv(tables_dir / "stats.csv")
+    runs_table = pd.read_csv(tables_dir / "runs.csv")
+    (out / "figures").mkdir(parents=True, exist_ok=True)
+    (out / "tables").mkdir(parents=True, exist_ok=True)
+    written = [out / "README.md", out / "summary.csv"]
+    written[0].write_text(markdown_report(stats, runs_table, settings))
+    summary_table(stats, runs_table, settings).to_csv(written[1], index=False, float_format="%.6g")
+    for name in REPORT_FIGURES:
+        written.append(Path(shutil.copyfile(figures_dir / f"{name}.png", out / "figures" / f"{name}.png")))
+    for name in REPORT_TABLES:
+        written.append(Path(shutil.copyfile(tables_dir / f"{name}.csv", out / "tables" / f"{name}.csv")))
+    return written

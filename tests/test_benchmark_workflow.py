@@ -1,0 +1,237 @@
+"""The LLM-prior benchmark as an output of the workflow: config/benchmark.yaml (grid blocks,
+results_root), the benchmark_report rule, and adopting runs of the former benchmark script
+(results/bench/<doorkey|lavagap>/<arm>/seed<k>) without retraining them.
+
+Every Snakemake call runs with ``--directory <tmp>`` so the checkout's results/ and docs/ stay untouched.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from workflow_helpers import CONFIG_DIR, REPO, job_counts, job_env, run_snakemake, write_config
+
+from lore.analysis.grid import GridError, check_workflow_config, train_command_args
+
+BENCHMARK = CONFIG_DIR / "benchmark.yaml"
+DOORKEY, LAVAGAP = "MiniGrid-DoorKey-5x5-v0", "MiniGrid-LavaGapS5-v0"
+
+
+def _benchmark() -> dict:
+    return yaml.safe_load(BENCHMARK.read_text())
+
+
+# --------------------------------------------------------------------------- config checks (fast)
+
+
+def test_benchmark_grid_blocks_expand_to_exactly_its_runs():
+    jobs = check_workflow_config(_benchmark(), environ={})
+    expected = {(DOORKEY, arm, seed) for arm in ("rl_only", "kl", "full", "full_noisy", "full_adversarial",
+                                                 "full_distill") for seed in range(5)}
+    expected |= {(DOORKEY, arm, seed) for arm in ("gate", "prior_only") for seed in range(3)}
+    expected |= {(LAVAGAP, arm, seed) for arm in ("rl_only", "kl", "full", "full_adversarial") for seed in range(3)}
+    assert len(jobs) == len(expected) == 48
+    assert {(job.env, job.ablation, job.seed) for job in jobs} == expected
+    assert all(job.run_dir == f"results/bench/runs/{job.env}/{job.ablation}/seed{job.seed}" for job in jobs)
+
+
+def test_benchmark_runs_are_the_cpu_learning_curve_runs():
+    """benchmarks/learning_curve.py keeps its CPU_RUN for ad-hoc curves: the benchmark's runs must resolve
+    to exactly what it runs with train.steps=10000 (the settings the README's numbers were made with)."""
+    from lore.cli import _config_from_args, build_parser
+    from lore.config import to_dict
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        from learning_curve import CPU_RUN
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+
+    def resolved(args: list[str]) -> dict:
+        return to_dict(_config_from_args(build_parser().parse_args(["train", "--run-dir", "x", *args])))
+
+    config = _benchmark()
+    first_of_each_arm = {(job.env, job.ablation): job for job in reversed(check_workflow_config(config, environ={}))}
+    for job in first_of_each_arm.values():
+        script = ["--ablation", job.ablation, "--seed", str(job.seed)]
+        for override in [f"env.name={job.env}", "train.steps=10000", *CPU_RUN]:
+            script += ["--set", override]
+        workflow = shlex.split(train_command_args(config, job.env, job.ablation, job.seed))
+        assert resolved(workflow) == resolved(script), job
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"grid": []}, "grid: must be a non-empty list of blocks"),
+        ({"grid": "all"}, "grid: must be a non-empty list of blocks"),
+        ({"envs": [DOORKEY]}, "envs: `grid` replaces envs/ablations/seeds"),
+        ({"grid": [{"envs": [DOORKEY], "ablations": ["full"]}]}, "grid[0].seeds: must be a non-empty list"),
+        ({"grid": [{"envs": [DOORKEY], "ablations": ["full"], "seeds": [0], "arms": []}]},
+         "grid[0].arms: unknown key"),
+        ({"grid": [{"envs": [DOORKEY], "ablations": ["full"], "seeds": [0]},
+                   {"envs": [LAVAGAP], "ablations": ["fulll"], "seeds": [0]}]},
+         "grid[1].ablations[0]: unknown ablation 'fulll'"),
+        ({"grid": [{"envs": ["MiniGrid-Nope-v0"], "ablations": ["full"], "seeds": [0]}]},
+         "grid[0].envs[0]: unknown environment"),
+        ({"grid": [{"envs": [DOORKEY], "ablations": ["full"], "seeds": [0, -1]}]},
+         "grid[0].seeds[1]: expected a non-negative integer"),
+        ({"grid": [{"envs": [DOORKEY], "ablations": ["full", "kl"], "seeds": [0, 1]},
+                   {"envs": [DOORKEY], "ablations": ["kl"], "seeds": [1, 2]}]},
+         f"grid[1]: run {DOORKEY} / kl / seed 1 is already in grid[0]"),
+        ({"results_root": ""}, "results_root: expected a folder path"),
+        ({"results_root": "results/my bench"}, "results_root: expected a folder path"),
+        ({"results_root": "results/{env}"}, "results_root: expected a folder path"),
+        ({"results_root": 3}, "results_root: expected a folder path"),
+        ({"results_root": "./"}, "results_root: './' would mix the outputs with other files"),
+        ({"benchmark_report": {"out": ""}}, "benchmark_report.out: expected a folder path"),
+        ({"benchmark_report": {"dir": "docs"}}, "benchmark_report: expected a mapping {out: <folder>}"),
+    ],
+)
+def test_invalid_grid_or_results_root_is_one_line_naming_the_key(change, message):
+    config = {**_benchmark(), **change}
+    with pytest.raises(GridError) as err:
+        check_workflow_config(config, environ={})
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+# --------------------------------------------------------------------------- Snakemake dry runs (seconds)
+
+
+def test_snakemake_refuses_a_bad_results_root_before_any_job(tmp_path):
+    configfile = write_config(tmp_path / "bad.yaml", results_root="results/my bench")
+    workdir = tmp_path / "work"
+    proc = run_snakemake(workdir, "--cores", "1", configfile=configfile, timeout=120)
+    assert proc.returncode != 0
+    assert "invalid workflow config: results_root: expected a folder path" in proc.stdout + proc.stderr
+    assert not (workdir / "results").exists()
+
+
+def _planned_paths(dry_run_output: str) -> list[str]:
+    """Every output, log and benchmark file of the jobs of a dry run."""
+    paths = []
+    for line in dry_run_output.splitlines():
+        match = re.match(r"^\s+(output|log|benchmark): (.*)$", line)
+        if match:
+            paths += [p.strip() for p in match.group(2).split(",")]
+    return paths
+
+
+def test_results_root_moves_every_output(tmp_path):
+    default = run_snakemake(tmp_path / "default", "-n", configfile=CONFIG_DIR / "test.yaml", timeout=120)
+    moved_config = write_config(tmp_path / "moved.yaml", results_root="elsewhere/test")
+    moved = run_snakemake(tmp_path / "moved", "-n", configfile=moved_config, timeout=120)
+    assert default.returncode == 0 and moved.returncode == 0, default.stderr[-2000:] + moved.stderr[-2000:]
+    default_paths = _planned_paths(default.stdout)
+    moved_paths = _planned_paths(moved.stdout)
+    assert len(default_paths) > 20
+    # The default keeps today's paths: results/..., and the paper's macros where paper/lore.tex reads them.
+    assert all(p.startswith(("results/", "paper/generated/")) for p in default_paths), default_paths
+    assert all(p.startswith("elsewhere/test/") for p in moved_paths), moved_paths
+    relocated = {("elsewhere/test/" + p.removeprefix("results/")) for p in default_paths}
+    assert relocated == set(moved_paths)
+
+
+def test_benchmark_dry_run_plans_the_grid_and_the_report(tmp_path):
+    proc = run_snakemake(tmp_path, "-n", configfile=BENCHMARK, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert job_counts(proc.stdout) == {"train": 48, "aggregate": 1, "figures": 1, "paper_macros": 1,
+                                       "benchmark_report": 1, "all": 1, "total": 53}
+    paths = _planned_paths(proc.stdout)
+    assert "docs/benchmark/figures/fig1_success.png" in paths and "docs/benchmark/README.md" in paths
+    assert all(p.startswith(("results/bench/", "docs/benchmark/")) for p in paths), paths
+    assert not (tmp_path / "results").exists()
+
+
+def test_benchmark_workflow_lint_is_clean(tmp_path):
+    proc = run_snakemake(tmp_path, "--lint", configfile=BENCHMARK, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+
+
+def test_the_readme_shows_the_figure_the_benchmark_config_writes():
+    readme = (REPO / "README.md").read_text()
+    out = _benchmark()["benchmark_report"]["out"]
+    assert f"]({out}/figures/fig1_success.png)" in readme
+    assert f"]({out}/README.md)" in readme
+    assert "--configfile config/benchmark.yaml" in readme
+
+
+def test_the_benchmark_script_is_the_workflow_on_the_benchmark_config():
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        from prior_benchmark import snakemake_command
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    command = snakemake_command(2, ["-n"])
+    assert command[1:3] == ["-m", "snakemake"] and command[-1] == "-n"
+    assert " --configfile config/benchmark.yaml " in " ".join(command) and " --cores 2 " in " ".join(command)
+    assert (REPO / command[command.index("--profile") + 1] / "config.yaml").is_file()
+
+
+# --------------------------------------------------------------------------- adopting old runs (a minute)
+
+
+def migration_commands() -> str:
+    """The commands docs/workflow.md gives for moving runs of the former benchmark script into the
+    workflow's layout (the fenced block after its heading), so the test runs exactly what the docs say."""
+    text = (REPO / "docs" / "workflow.md").read_text()
+    section = text.split("### Adopting runs of the former benchmark script", 1)[1]
+    return section.split("```bash\n", 1)[1].split("```", 1)[0]
+
+
+def _old_layout_runs(root: Path, grid: list[dict]) -> None:
+    """Synthetic finished runs where benchmarks/learning_curve.py put them: <root>/<doorkey|lavagap>/<arm>/
+    seed<k>, with the run's log next to it."""
+    from lore.analysis.synthetic import SyntheticRun, write_run
+
+    folder = {DOORKEY: "doorkey", LAVAGAP: "lavagap"}
+    for block in grid:
+        for env in block["envs"]:
+            for arm in block["ablations"]:
+                for seed in block["seeds"]:
+                    run = write_run(root / folder[env] / arm / f"seed{seed}",
+                                    SyntheticRun(env=env, ablation=arm, seed=seed, eval_episodes=20))
+                    (run.parent / f"seed{seed}.log").write_text("lore train output\n")
+
+
+@pytest.mark.slow
+def test_adopted_benchmark_runs_are_not_retrained_and_the_report_is_written(tmp_path):
+    grid = [{"envs": [DOORKEY], "ablations": ["rl_only", "full"], "seeds": [0, 1]},
+            {"envs": [LAVAGAP], "ablations": ["rl_only", "full"], "seeds": [0]}]
+    config = _benchmark()
+    configfile = write_config(tmp_path / "bench.yaml", base="benchmark.yaml", grid=grid,
+                              analysis={**config["analysis"], "resamples": 200})
+    workdir = tmp_path / "work"
+    _old_layout_runs(workdir / config["results_root"], grid)
+    subprocess.run(["bash", "-euc", migration_commands()], cwd=workdir, check=True)
+    run = workdir / "results/bench/runs" / DOORKEY / "full" / "seed1"
+    assert (run / "done").is_file() and (run / "train.log").read_text() == "lore train output\n"
+
+    plan = run_snakemake(workdir, "-n", configfile=configfile, timeout=120)
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    assert job_counts(plan.stdout) == {"aggregate": 1, "figures": 1, "paper_macros": 1, "benchmark_report": 1,
+                                       "all": 1, "total": 5}
+
+    proc = run_snakemake(workdir, "--cores", "2", configfile=configfile, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    report = workdir / config["benchmark_report"]["out"]
+    text = (report / "README.md").read_text()
+    assert f"## {DOORKEY}" in text and f"## {LAVAGAP}" in text and "20 episodes per point" in text
+    summary = pd.read_csv(report / "summary.csv")
+    assert sorted(zip(summary["env"], summary["arm"], summary["runs"], strict=True)) == [
+        (DOORKEY, "full", 2), (DOORKEY, "rl_only", 2), (LAVAGAP, "full", 1), (LAVAGAP, "rl_only", 1)]
+    assert list(summary["arm"][summary["env"] == DOORKEY]) == ["rl_only", "full"]  # the baseline first
+    assert (report / "figures" / "fig1_success.png").stat().st_size > 1000
+    assert (report / "tables" / "stats.csv").is_file()
+    again = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory",
+                            str(workdir), "--configfile", str(configfile), "-n"],
+                           capture_output=True, text=True, timeout=120, env=job_env())
+    assert "Nothing to be done" in again.stdout + again.stderr

@@ -1,0 +1,33 @@
+# The LLM-prior benchmark report (config/benchmark.yaml: docs/benchmark/): README.md with the per-arm
+# table, the targets and what each part of the prior did, summary.csv, and copies of the figures it
+# cites and of the CSV tables. The README's Figure 1 is <out>/figures/fig1_success.png: both are outputs
+# of the workflow, so they cannot drift from what the code produces. Only with `benchmark_report:` set.
+
+
+if BENCHMARK_REPORT_DIR:
+
+    rule benchmark_report:
+        localrule: True
+        input:
+            tables=TABLE_FILES,
+            figures=[f"{FIGURES_DIR}/{name}.png" for name in BENCHMARK_REPORT_FIGURES],
+            code=analysis_code("benchmark_report"),
+        output:
+            readme=report(f"{BENCHMARK_REPORT_DIR}/README.md", category="Benchmark report"),
+            files=BENCHMARK_REPORT_FILES[1:],
+        log:
+            f"{LOGS}/benchmark_report.log",
+        params:
+            settings=analysis_flags(),
+            tables=lambda wildcards, input: folder_of(input.tables),
+            figures=lambda wildcards, input: folder_of(input.figures),
+            out=lambda wildcards, output: folder_of([output.readme]),
+        threads: 1
+        resources:
+            mem_mb=2000,
+            runtime=10,
+        conda:
+            "../envs/lore.yaml"
+        shell:
+            "python -m lore.analysis.cli benchmark-report --tables {params.tables} --figures {params.figures} "
+            "--out {params.out} {params.settings} > {log} 2>&1"
