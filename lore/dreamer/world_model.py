@@ -19,7 +19,8 @@ def disagreement(pred_logits: Tensor) -> Tensor:
     """Ensemble disagreement [...] from member predictions [K, ..., S, C] of next-latent logits.
 
     Variance of the predicted class probabilities across the K members, summed over classes and
-    averaged over latents (Plan2Explore's epistemic signal, in [0, 0.25]).
+    averaged over latents (Plan2Explore's epistemic signal). Its range is [0, 1 - 1/min(K, C)]: the top is
+    reached when the members are each certain of a different class.
     """
     probs = torch.softmax(pred_logits, -1)
     # explicit population variance: torch.var over a leading dim is several times slower on CPU
