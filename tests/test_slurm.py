@@ -121,13 +121,13 @@ def _slurm(*args: str, env: dict) -> str:
     return subprocess.run(list(args), capture_output=True, text=True, env=env, check=True).stdout
 
 
-def _train_jobs(env: dict, before: set[str]) -> dict[str, str]:
-    """{SLURM job id: state} of the training jobs this test submitted."""
+def _train_jobs(env: dict, before: set[str], env_name: str = "") -> dict[str, str]:
+    """{SLURM job id: state} of the training jobs this test submitted (of ``env_name``'s runs if given)."""
     out = _slurm("squeue", "-h", "-t", "all", "-o", "%i|%k|%T", env=env)
     jobs = {}
     for line in out.splitlines():
         job_id, comment, state = line.split("|")
-        if comment.startswith("rule_train") and job_id not in before:
+        if comment.startswith("rule_train") and env_name in comment and job_id not in before:
             jobs[job_id] = state
     return jobs
 
@@ -206,8 +206,10 @@ def test_a_preempted_training_job_resumes_from_its_checkpoint(slurm_cluster, tmp
                                 start_new_session=True)
     try:
         # --- 1. PreemptMode=REQUEUE: requeued under the same job id, resumes when it restarts
-        job_id = wait(lambda: next((j for j, s in _train_jobs(env, before).items() if s == "RUNNING"), None),
-                      300, "the training job to run")
+        # the preempted job is the run whose checkpoints are watched: the grid's other env (Crafter) may
+        # be scheduled first
+        job_id = wait(lambda: next((j for j, s in _train_jobs(env, before, config["envs"][0]).items()
+                                    if s == "RUNNING"), None), 300, "the training job to run")
         wait(lambda: _checkpoint_step(run_dir) >= 100, 300, "a checkpoint at env step >= 100")
         config_stamp = (run_dir / "config.yaml").stat().st_mtime_ns  # a fresh start would rewrite it
         step_before = _checkpoint_step(run_dir)
