@@ -271,9 +271,14 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--runs-root", type=Path, default=Path("results/bench_crafter"))
     p.add_argument("--out", type=Path, default=Path("docs/benchmark"))
+    p.add_argument("--name", default="crafter",
+                   help="report name: writes <out>/<name>.md and <out>/<name>/ (default: %(default)s; e.g. "
+                        "crafter_50k for a benchmark run at another budget, whose runs cannot be pooled with these)")
     p.add_argument("--no-cli", action="store_true", help="skip `lore aggregate` / `lore figures` (tests)")
     args = p.parse_args(argv)
-    base = args.out / "crafter"
+    if not args.name or "/" in args.name or args.name.startswith("."):
+        p.error(f"--name must be a plain file name, got {args.name!r}")
+    base = args.out / args.name
     tables, figures = base / "tables", base / "figures"
     run_list, runs = finished_runs(args.runs_root, tables)
     frame, random = read_eval(runs), read_random(args.runs_root)
@@ -290,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     plot(frame, random, budgets[-1], figure)
     rel = lambda path: path.relative_to(args.out).as_posix()  # noqa: E731
     lines = report(frame, random, runs_table, budgets, rel(figure), rel(figures / "crafter_achievements.png"))
-    (args.out / "crafter.md").write_text("\n".join(lines))
+    (args.out / f"{args.name}.md").write_text("\n".join(lines))
     print("\n".join(lines))
     return 0
 

@@ -235,3 +235,44 @@ def test_adopted_benchmark_runs_are_not_retrained_and_the_report_is_written(tmp_
                             str(workdir), "--configfile", str(configfile), "-n"],
                            capture_output=True, text=True, timeout=120, env=job_env())
     assert "Nothing to be done" in again.stdout + again.stderr
+
+
+def _auc_tables(full: list[float], kl: list[float]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """stats.csv and runs.csv rows of two arms' per-seed AUCs (only what the target line reads)."""
+    import numpy as np
+
+    from lore.analysis import stats as st
+
+    env = "MiniGrid-DoorKey-5x5-v0"
+    runs = pd.DataFrame([{"env": env, "ablation": arm, "seed": i, "auc": v}
+                         for arm, values in (("full", full), ("kl", kl)) for i, v in enumerate(values)])
+    rows = []
+    for arm, values in (("full", full), ("kl", kl)):
+        x = np.asarray(values)
+        ci = st.stratified_bootstrap_ci([x], "mean", seed=0)
+        low, high = ci.low, ci.high
+        rows.append({"env": env, "ablation": arm, "metric": "auc", "n": x.size, "mean": x.mean(),
+                     "mean_low": low, "mean_high": high})
+    return pd.DataFrame(rows), runs
+
+
+@pytest.mark.parametrize("full, kl, verdict, strict", [
+    # overlapping groups, full's mean a little lower: the difference CI reaches 0 (met), the one-sided
+    # reading (full's upper bound below kl's mean) fails: both are printed
+    ([0.73, 0.68, 0.68, 0.68, 0.63], [0.70, 0.78, 0.77, 0.79, 0.60], "**met**", "fails"),
+    # full clearly worse on every seed: not met on either reading
+    ([0.30, 0.32, 0.31, 0.29, 0.33], [0.70, 0.78, 0.77, 0.79, 0.72], "**not met**", "fails"),
+    # full better: met, and the stricter reading holds
+    ([0.80, 0.82, 0.81, 0.79, 0.83], [0.70, 0.72, 0.71, 0.69, 0.73], "**met**", "holds"),
+])
+def test_the_not_below_target_reads_the_difference_ci_and_prints_the_stricter_reading(full, kl, verdict, strict):
+    from lore.analysis.benchmark_report import not_below_line
+    from lore.analysis.settings import AnalysisSettings
+
+    stats, runs = _auc_tables(full, kl)
+    line = not_below_line(stats, runs, "MiniGrid-DoorKey-5x5-v0", "kl", AnalysisSettings())
+    assert f"→ {verdict};" in line
+    assert line.endswith(f": {strict}")
+    assert "n = 5 vs 5" in line and "P(full > kl)" in line
+    diff = float(re.search(r"full − kl = ([+-][0-9.]+)", line).group(1))
+    assert diff == pytest.approx(sum(full) / 5 - sum(kl) / 5, abs=5e-4)

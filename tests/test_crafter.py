@@ -217,6 +217,14 @@ def test_report_from_runs_states_score_achievements_calls_speed_and_the_random_b
     again = (out / "crafter.md").read_text()
     report.main(["--runs-root", str(root), "--out", str(out), "--no-cli"])
     assert (out / "crafter.md").read_text() == again  # nothing typed by hand, nothing random
+    # a benchmark at another budget is its own report beside this one, which it leaves alone
+    assert report.main(["--runs-root", str(root), "--out", str(out), "--no-cli", "--name", "crafter_50k"]) == 0
+    assert (out / "crafter_50k.md").read_text() == again.replace("crafter/figures/", "crafter_50k/figures/")
+    assert (out / "crafter_50k" / "figures" / "crafter_score.png").is_file()
+    assert (out / "crafter.md").read_text() == again
+    with pytest.raises(SystemExit) as bad:
+        report.main(["--runs-root", str(root), "--out", str(out), "--no-cli", "--name", "../elsewhere"])
+    assert bad.value.code == 2 and "--name must be a plain file name" in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------- prompts grounded in the state
