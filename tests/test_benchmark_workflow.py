@@ -276,3 +276,28 @@ def test_the_not_below_target_reads_the_difference_ci_and_prints_the_stricter_re
     assert "n = 5 vs 5" in line and "P(full > kl)" in line
     diff = float(re.search(r"full − kl = ([+-][0-9.]+)", line).group(1))
     assert diff == pytest.approx(sum(full) / 5 - sum(kl) / 5, abs=5e-4)
+
+
+def test_the_gate_entropy_overlay_changes_only_the_gate_weights_of_the_benchmark_runs(tmp_path):
+    """config/gate_entropy.yaml on top of config/benchmark.yaml: 10 runs whose commands are the
+    benchmark's own for the same (env, arm, seed) plus the two gate weights at 0, under their own root."""
+    overlay = CONFIG_DIR / "gate_entropy.yaml"
+    proc = run_snakemake(tmp_path, "-n", "-p", "--configfile", str(BENCHMARK), str(overlay), timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert job_counts(proc.stdout)["train"] == 10
+    base = run_snakemake(tmp_path, "-n", "-p", configfile=BENCHMARK, timeout=120)
+    assert base.returncode == 0, base.stderr[-3000:]
+
+    def commands(out: str, root: str) -> dict[str, str]:
+        found = {}
+        for line in out.splitlines():
+            match = re.search(r"exec lore train --run-dir (\S+) (.*?) >> ", line)
+            if match:
+                found[match.group(1).removeprefix(root)] = match.group(2)
+        return found
+
+    gate, bench = commands(proc.stdout, "results/bench_gate_entropy/"), commands(base.stdout, "results/bench/")
+    assert len(gate) == 10 and all("/full" in run for run in gate)
+    for run, args in gate.items():
+        assert args.replace(" --set prior.w_value=0.0 --set prior.w_disagreement=0.0", "") == bench[run]
+    assert "docs/benchmark/gate_entropy/README.md" in _planned_paths(proc.stdout)
