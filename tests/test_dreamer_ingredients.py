@@ -767,3 +767,81 @@ def test_act_remembers_the_executed_action_not_the_policys():
                         agent.initial_state(4), llm, 100)
         assert torch.all(out.action == 2)
         assert torch.equal(out.state["prev_action"].argmax(-1), out.action)
+
+
+# =========================================================================== fast paths (issue 13)
+
+
+def onehot_latents(lead, deter=5, stoch=4, classes=3, seed=0):
+    """Dense latent features [*lead, deter + stoch*classes] with exactly one-hot stoch groups."""
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.randint(0, classes, (*lead, stoch), generator=g)
+    return torch.cat([torch.randn(*lead, deter, generator=g), F.one_hot(idx, classes).float().flatten(-2)], -1)
+
+
+def test_one_hot_features_detect_one_hot_groups_and_leave_everything_else_dense():
+    feat = onehot_latents((2, 3))
+    fast = networks.one_hot_features(feat, 5, 3)
+    assert isinstance(fast, networks.OneHotFeatures) and fast.shape == feat.shape
+    torch.testing.assert_close(fast.to_dense(), feat, rtol=0, atol=0)
+    torch.testing.assert_close(fast[1:].to_dense(), feat[1:], rtol=0, atol=0)
+    torch.testing.assert_close(fast[:, :-1].to_dense(), feat[:, :-1], rtol=0, atol=0)
+    # straight-through rounding of the 1 is admitted; probabilities, negatives and gradients are not
+    assert isinstance(networks.one_hot_features(feat * (1 + 1e-7), 5, 3), networks.OneHotFeatures)
+    soft = feat.clone()
+    soft[..., 5:8] = torch.tensor([0.5, 0.25, 0.25])
+    assert networks.one_hot_features(soft, 5, 3) is soft
+    negative = feat.clone()
+    negative[0, 0, 5:8] = torch.tensor([1.0, 0.5, -0.5])
+    assert networks.one_hot_features(negative, 5, 3) is negative
+    grad = feat.clone().requires_grad_(True)
+    assert networks.one_hot_features(grad, 5, 3) is grad
+
+
+def test_first_layers_on_one_hot_features_equal_the_dense_layers_values_and_gradients():
+    feat = onehot_latents((4, 6), deter=5, stoch=4, classes=3)
+    fast = networks.one_hot_features(feat, 5, 3)
+    for net in (networks.MLP(17, 8, 2, out_dim=3), networks.EnsembleMLP(3, 17, 8, 2, out_dim=7)):
+        randomise_(net, 0.5, 1)
+        out_dense = net(feat)
+        grads_dense = torch.autograd.grad(out_dense.square().sum(), list(net.parameters()))
+        out_fast = net(fast)
+        grads_fast = torch.autograd.grad(out_fast.square().sum(), list(net.parameters()))
+        torch.testing.assert_close(out_fast, out_dense)
+        for a, b in zip(grads_fast, grads_dense, strict=True):
+            torch.testing.assert_close(a, b)
+
+
+def test_ensemble_prediction_on_one_hot_features_and_actions_equals_the_dense_one():
+    agent, data = wm_setup()
+    _, post, _ = agent.wm.loss(data, agent.generator)
+    feat = feat_of(post).detach()[:, :-1]
+    action = F.one_hot(data["action"], A).float()[:, :-1]
+    fast = agent.wm.one_hot(feat)
+    assert isinstance(fast, networks.OneHotFeatures)
+    randomise_(agent.wm.ensemble, 0.3, 2)
+    torch.testing.assert_close(agent.wm.predict_next_latent(fast, action), agent.wm.predict_next_latent(feat, action))
+    # an action that is not one-hot falls back to the dense input
+    soft = torch.full_like(action, 1.0 / A)
+    torch.testing.assert_close(agent.wm.predict_next_latent(fast, soft), agent.wm.predict_next_latent(feat, soft))
+
+
+@pytest.mark.parametrize("with_heads", [False, True])
+def test_fused_critic_losses_equal_the_reference_values_and_gradients(with_heads):
+    g = torch.Generator().manual_seed(4)
+    bins = make_bins(255)
+    k, h, n = 3, 4, 5
+    logits = (torch.randn(k, h + 1, n, 255, generator=g) * 2.0).requires_grad_(True)
+    returns = torch.randn(h, n, generator=g) * 30.0
+    returns[0, 0] = 1e9  # clipped to the last bin
+    slow = torch.randn(k, h, n, generator=g) * 5.0
+    weight = torch.rand(h, n, generator=g)
+    heads = bootstrap_head_mask(k, n, 0.5, g) if with_heads else None
+    ref = critic_losses(logits[:, :-1], returns, slow, weight, bins, heads)
+    fused = critic_losses(logits[:, :-1], returns, slow, weight, bins, heads, fused=True)
+    for a, b in zip(fused, ref, strict=True):
+        torch.testing.assert_close(a, b)
+    for scale_ce, scale_reg in ((1.0, 0.0), (0.0, 1.0), (1.0, 0.7)):
+        (grad_ref,) = torch.autograd.grad(scale_ce * ref[0] + scale_reg * ref[1], logits, retain_graph=True)
+        (grad_fused,) = torch.autograd.grad(scale_ce * fused[0] + scale_reg * fused[1], logits, retain_graph=True)
+        torch.testing.assert_close(grad_fused, grad_ref)

@@ -305,17 +305,21 @@ class DreamerAgent:
         temperature = float(getattr(self.prior, "temperature", 1.0))
 
         def policy(feat: Tensor, step: int) -> Tensor:
-            logits = self.actor(feat)
+            latent = self.wm.one_hot(feat)  # imagined stoch is one-hot: first layers add selected rows
+            logits = self.actor(latent)
             actor_logits.append(logits)
             sample_logits = logits.detach()
             if mix_prior and beta_imag > 0:
                 with torch.no_grad():
-                    sample_logits = sample_logits + beta_imag * torch.log_softmax(self.wm.prior_net(feat), -1) / temperature
+                    sample_logits = sample_logits + beta_imag * torch.log_softmax(self.wm.prior_net(latent), -1) / temperature
             noise = gumbel_noise(sample_logits.shape, self.generator, feat.device, feat.dtype)
             return F.one_hot((sample_logits + noise).argmax(-1), self.num_actions).float()
 
         traj = self.wm.rssm.imagine(start, policy, d.horizon, self.generator)
-        feat, actions = traj["feat"], traj["action"]  # [H+1, N, F], [H, N, A]
+        dense_feat, actions = traj["feat"], traj["action"]  # [H+1, N, F], [H, N, A]
+        # the heads, the critic and its slow copy read the one-hot stoch as row indices (same numbers,
+        # a fraction of the first-layer multiply-adds)
+        feat = self.wm.one_hot(dense_feat)
         logits = torch.stack(actor_logits)  # [H, N, A]
         with torch.no_grad():
             rewards = self.wm.reward(feat[1:])  # [H, N]
@@ -344,7 +348,7 @@ class DreamerAgent:
             data["llm_source"].reshape(n))
         head_weight = bootstrap_head_mask(value_logits.shape[0], n, d.value_bootstrap, self.generator, feat.device)
         loss_critic, loss_slow = critic_losses(value_logits[:, :-1], returns, slow_values, weight[:-1], self.wm.bins,
-                                               head_weight)
+                                               head_weight, fused=True)
 
         metrics = {
             "entropy_imag": entropy.item(),
@@ -359,7 +363,7 @@ class DreamerAgent:
         metrics.update({k: float(v) for k, v in prior_metrics.items()})
         if self.prior.wants_advice_values():
             metrics.update(self._score_advice(start, prior_logits, mask, data["llm_source"].reshape(n), scale))
-        internals = {"feat": feat, "actions": actions, "returns": returns, "values": values, "weight": weight}
+        internals = {"feat": dense_feat, "actions": actions, "returns": returns, "values": values, "weight": weight}
         return ({"actor": loss_actor, "prior": loss_prior}, {"critic": loss_critic, "slow_reg": loss_slow},
                 metrics, internals)
 

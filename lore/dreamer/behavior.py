@@ -11,8 +11,9 @@ import copy
 
 import torch
 from torch import nn
+from torch.autograd.function import once_differentiable
 
-from lore.dreamer.math import categorical_entropy, twohot_decode, twohot_log_prob, unimix_logits
+from lore.dreamer.math import categorical_entropy, symlog, twohot_decode, twohot_log_prob, unimix_logits
 from lore.dreamer.networks import MLP, EnsembleMLP
 
 Tensor = torch.Tensor
@@ -101,13 +102,15 @@ def bootstrap_head_mask(heads: int, n: int, keep: float, generator: torch.Genera
 
 
 def critic_losses(value_logits: Tensor, returns: Tensor, slow_values: Tensor, weight: Tensor,
-                  bins: Tensor, head_weight: Tensor | None = None) -> tuple[Tensor, Tensor]:
+                  bins: Tensor, head_weight: Tensor | None = None, fused: bool = False) -> tuple[Tensor, Tensor]:
     """Two-hot CE of every head toward the λ-returns and toward its slow copy's mean value.
 
     value_logits [K, H, N, bins] (states s_0 .. s_{H-1}), returns [H, N], slow_values [K, H, N],
     weight [H, N], head_weight [K, N] (bootstrap weights per head and start state, None = all 1).
     Each head's loss is averaged over (H, N) and the heads are summed, so every head is trained
     exactly as a single DreamerV3 critic would be (on its own bootstrap sample).
+    ``fused`` computes the same two losses (up to float rounding) with :class:`_TwoHotCrossEntropy`;
+    this function's plain form stays the reference the fused one is tested against.
     Returns (critic loss, slow regulariser).
     """
     w = weight.detach()[None]  # [1, H, N]
@@ -116,7 +119,64 @@ def critic_losses(value_logits: Tensor, returns: Tensor, slow_values: Tensor, we
             raise ValueError(f"head_weight must be [K, N]={(value_logits.shape[0], value_logits.shape[2])}, "
                              f"got {tuple(head_weight.shape)}")
         w = w * head_weight.detach()[:, None, :]  # [K, H, N]
+    if fused:
+        ret_below, ret_above = twohot_position(returns.detach()[None], bins)  # [1, H, N] each
+        slow_below, slow_above = twohot_position(slow_values.detach(), bins)  # [K, H, N]
+        w = w.expand(value_logits.shape[:-1]).contiguous()
+        return _TwoHotCrossEntropy.apply(value_logits, ret_below, ret_above, slow_below, slow_above, w)
     log_probs = torch.log_softmax(value_logits, -1)  # shared by both terms
     ce = -twohot_log_prob(log_probs, returns.detach()[None], bins)  # [K, H, N]
     reg = -twohot_log_prob(log_probs, slow_values.detach(), bins)
     return (ce * w).mean((1, 2)).sum(), (reg * w).mean((1, 2)).sum()
+
+
+def twohot_position(target: Tensor, bins: Tensor) -> tuple[Tensor, Tensor]:
+    """Raw targets [...] -> (index of the bin below [...], weight of the bin above [...]) of their two-hot
+    encoding over symmetric symlog ``bins`` [B] (the positions :func:`twohot_log_prob` gathers)."""
+    y = symlog(target).clamp(bins[0], bins[-1])
+    below = (torch.searchsorted(bins, y.contiguous(), right=True) - 1).clamp(0, bins.shape[0] - 2)
+    above = ((y - bins[below]) / (bins[below + 1] - bins[below])).clamp(0.0, 1.0)
+    return below, above
+
+
+class _TwoHotCrossEntropy(torch.autograd.Function):
+    """Both critic terms of :func:`critic_losses` in one pass over the [K, H, N, bins] logits.
+
+    With two-hot weights (1 − a, a) on bins (b, b + 1), −log p = lse(z) − (1 − a)·z_b − a·z_{b+1}, and
+    its gradient is softmax(z) − two-hot. Autograd through log_softmax and four gathers writes five
+    dense [K, H, N, bins] gradients (a third of a critic update's memory traffic with three heads);
+    this forward reads the logits once (logsumexp) and the backward writes one gradient.
+    """
+
+    @staticmethod
+    def forward(ctx, logits: Tensor, ret_below: Tensor, ret_above: Tensor, slow_below: Tensor,
+                slow_above: Tensor, w: Tensor) -> tuple[Tensor, Tensor]:
+        # logits [K, H, N, B]; ret_* [1, H, N] (returns, shared by the heads); slow_* and w [K, H, N]
+        lse = torch.logsumexp(logits, -1)  # [K, H, N]
+
+        def target_logit(below: Tensor, above: Tensor) -> Tensor:  # (1 − a)·z_b + a·z_{b+1}  [K, H, N]
+            index = below.expand(lse.shape).unsqueeze(-1)
+            lo = logits.gather(-1, index).squeeze(-1)
+            hi = logits.gather(-1, index + 1).squeeze(-1)
+            return (1.0 - above) * lo + above * hi
+
+        ce = lse - target_logit(ret_below, ret_above)
+        reg = lse - target_logit(slow_below, slow_above)
+        ctx.save_for_backward(logits, lse, ret_below, ret_above, slow_below, slow_above, w)
+        per_head = lambda x: (x * w).mean((1, 2))  # noqa: E731  [K]: as critic_losses, heads summed
+        return per_head(ce).sum(), per_head(reg).sum()
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_ce: Tensor, grad_reg: Tensor):
+        logits, lse, ret_below, ret_above, slow_below, slow_above, w = ctx.saved_tensors
+        k, h, n, _ = logits.shape
+        c_ce = grad_ce * w / (h * n)  # [K, H, N]: d(loss)/d(−log p) of each element
+        c_reg = grad_reg * w / (h * n)
+        grad = torch.exp(logits - lse.unsqueeze(-1))  # softmax [K, H, N, B]
+        grad.mul_((c_ce + c_reg).unsqueeze(-1))
+        for below, above, c in ((ret_below, ret_above, c_ce), (slow_below, slow_above, c_reg)):
+            index = below.expand(k, h, n).unsqueeze(-1)
+            grad.scatter_add_(-1, index, (-(1.0 - above) * c).unsqueeze(-1))
+            grad.scatter_add_(-1, index + 1, (-above * c).unsqueeze(-1))
+        return grad, None, None, None, None, None

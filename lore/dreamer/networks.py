@@ -8,6 +8,7 @@ start at exactly zero so an untrained head predicts 0.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import gymnasium
 import torch
@@ -43,6 +44,140 @@ class NormLinear(nn.Sequential):
     def __init__(self, in_dim: int, out_dim: int):
         super().__init__(linear(in_dim, out_dim, bias=False), nn.LayerNorm(out_dim, eps=LN_EPS), nn.SiLU())
 
+    def forward(self, x: Tensor | OneHotFeatures) -> Tensor:
+        lin, norm, act = self
+        return act(norm(project(x, lin.weight)))
+
+
+# --------------------------------------------------------------------------- one-hot inputs
+
+
+@dataclass(frozen=True)
+class OneHotFeatures:
+    """Features ``[dense, one-hot block]`` kept as the dense part and the hot column of each group.
+
+    An imagined latent is ``[deter (D), stoch (S groups of C, each exactly one-hot)]``: a first layer
+    that multiplies the stoch block by its weight spends S*C of every D + S*C multiply-adds on zeros.
+    :func:`project` instead adds the S weight rows the ones select (an embedding-bag sum), which gives
+    the same numbers up to float rounding. ``hot`` holds the absolute column (within the block) of the
+    single 1 of every group; groups may differ in size (the stoch groups, then an action group).
+    """
+
+    dense: Tensor  # [..., D]
+    hot: Tensor    # [..., G] int64, each in [0, width)
+    width: int     # total width of the one-hot block (sum of the group sizes)
+
+    @property
+    def shape(self) -> torch.Size:
+        return torch.Size([*self.dense.shape[:-1], self.dense.shape[-1] + self.width])
+
+    @property
+    def device(self) -> torch.device:
+        return self.dense.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.dense.dtype
+
+    def __getitem__(self, index) -> OneHotFeatures:
+        """Index the leading dims only (``feat[1:]``, ``feat[:, :-1]``), as on the dense tensor."""
+        index = index if isinstance(index, tuple) else (index,)
+        if any(i is Ellipsis for i in index) or len(index) >= self.dense.dim():
+            raise IndexError("OneHotFeatures can only be indexed in its leading dims")
+        return OneHotFeatures(self.dense[index], self.hot[index], self.width)
+
+    def detach(self) -> OneHotFeatures:
+        return OneHotFeatures(self.dense.detach(), self.hot, self.width)
+
+    def to_dense(self) -> Tensor:
+        """The plain ``[..., D + width]`` features."""
+        block = torch.zeros(*self.hot.shape[:-1], self.width, device=self.dense.device, dtype=self.dense.dtype)
+        block.scatter_(-1, self.hot, 1.0)
+        return torch.cat([self.dense, block], -1)
+
+    def append_group(self, one_hot: Tensor) -> OneHotFeatures | None:
+        """These features followed by one more exact one-hot group ``[..., A]`` (None if it is not one)."""
+        hot = one_hot_columns(one_hot.unsqueeze(-2))  # [..., 1]
+        if hot is None:
+            return None
+        return OneHotFeatures(self.dense, torch.cat([self.hot, hot + self.width], -1), self.width + one_hot.shape[-1])
+
+
+def one_hot_columns(groups: Tensor, tol: float = 1e-5) -> Tensor | None:
+    """[..., G, C] groups -> hot column per group [..., G] (offset g*C), or None unless every group is one-hot.
+
+    The tolerance admits the straight-through samples (``one_hot + p - p`` rounds the 1 by an ulp);
+    anything else (probabilities, a mode mixed with noise) keeps the dense path.
+    """
+    if groups.dim() < 2 or groups.shape[-1] == 0:
+        return None
+    idx = groups.argmax(-1)  # [..., G]
+    top = groups.gather(-1, idx.unsqueeze(-1)).squeeze(-1)
+    # no negative entry, the largest within tol of 1 and the rest summing to within tol of 0: one-hot up to
+    # rounding (three reductions, no copy of the block)
+    if (bool(groups.amin() < -tol) or not bool(((top - 1.0).abs() <= tol).all())
+            or not bool(((groups.sum(-1) - top).abs() <= tol).all())):
+        return None
+    return idx + torch.arange(groups.shape[-2], device=groups.device) * groups.shape[-1]
+
+
+def one_hot_features(feat: Tensor, dense_dim: int, classes: int) -> OneHotFeatures | Tensor:
+    """[..., D + S*C] features -> :class:`OneHotFeatures` when the part after ``dense_dim`` is S exact
+    one-hot groups of ``classes`` and needs no gradient; otherwise ``feat`` itself (the dense path is
+    right for anything)."""
+    if isinstance(feat, OneHotFeatures):
+        return feat
+    width = feat.shape[-1] - dense_dim
+    # a block that needs a gradient (straight-through samples in the world-model loss) stays dense:
+    # the selected-row sum has no gradient for its input
+    if width <= 0 or width % classes or feat.requires_grad:
+        return feat
+    groups = feat[..., dense_dim:].reshape(*feat.shape[:-1], width // classes, classes)
+    hot = one_hot_columns(groups)
+    if hot is None:
+        return feat
+    return OneHotFeatures(feat[..., :dense_dim], hot, width)
+
+
+class _SelectedRowSum(torch.autograd.Function):
+    """out[n] = Σ_g table[hot[n, g]]: a multi-hot matrix times ``table``, without the zeros.
+
+    Forward and backward are embedding-bag sums: the weight gradient adds each output gradient row
+    to the G table rows it selected, bagged by table row after a stable sort (deterministic order).
+    """
+
+    @staticmethod
+    def forward(ctx, table: Tensor, hot: Tensor) -> Tensor:  # table [R, O], hot [N, G] -> [N, O]
+        n, g = hot.shape
+        offsets = torch.arange(0, n * g, g, device=hot.device)
+        ctx.save_for_backward(hot)
+        ctx.rows = table.shape[0]
+        return F.embedding_bag(hot.reshape(-1), table, offsets, mode="sum")
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, None]:  # grad [N, O] -> grad_table [R, O]
+        if not ctx.needs_input_grad[0]:
+            return None, None
+        (hot,) = ctx.saved_tensors
+        flat = hot.reshape(-1)
+        order = torch.argsort(flat, stable=True)  # positions grouped by table row, in sample order
+        counts = torch.bincount(flat, minlength=ctx.rows)
+        offsets = torch.cumsum(counts, 0) - counts
+        sample = torch.div(order, hot.shape[1], rounding_mode="floor")
+        return F.embedding_bag(sample, grad.contiguous(), offsets, mode="sum"), None
+
+
+def project(x: Tensor | OneHotFeatures, weight: Tensor) -> Tensor:
+    """``x @ weight.T`` (no bias) for weight [out, in]; one-hot blocks add selected rows instead."""
+    if not isinstance(x, OneHotFeatures):
+        return F.linear(x, weight)
+    d = x.dense.shape[-1]
+    if weight.shape[1] != d + x.width:
+        raise ValueError(f"layer expects {weight.shape[1]} inputs, features have {d} + {x.width}")
+    lead = x.hot.shape[:-1]
+    selected = _SelectedRowSum.apply(weight[:, d:].t().contiguous(), x.hot.reshape(-1, x.hot.shape[-1]))
+    return F.linear(x.dense, weight[:, :d]) + selected.reshape(*lead, weight.shape[0])
+
 
 class MLP(nn.Module):
     """``layers`` hidden NormLinear layers of width ``units``, then an optional output Linear."""
@@ -56,7 +191,7 @@ class MLP(nn.Module):
         self.out = linear(units, out_dim, scale=out_scale) if out_dim is not None else None
         self.out_dim = out_dim if out_dim is not None else units
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor | OneHotFeatures) -> Tensor:
         x = self.trunk(x)
         return self.out(x) if self.out is not None else x
 
@@ -272,10 +407,9 @@ class EnsembleMLP(nn.Module):
         self.out = EnsembleLinear(members, units, out_dim, scale=out_scale)
         self.units = units
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor | OneHotFeatures) -> Tensor:
         lead = x.shape[:-1]
-        x = x.reshape(-1, x.shape[-1])
-        h = self.first(x).reshape(x.shape[0], self.members, self.units).transpose(0, 1)  # [K, N, U]
+        h = project(x, self.first.weight).reshape(-1, self.members, self.units).transpose(0, 1)  # [K, N, U]
         h = F.silu(self.first_norm(h))
         for lin, norm in self.hidden:
             h = F.silu(norm(lin(h)))

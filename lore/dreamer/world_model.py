@@ -9,7 +9,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from lore.dreamer.math import free_bits_kl, kl_balance, make_bins, twohot_decode, twohot_loss
-from lore.dreamer.networks import MLP, EnsembleMLP, FeatureEncoder, ObsDecoder, ObsEncoder
+from lore.dreamer.networks import (
+    MLP,
+    EnsembleMLP,
+    FeatureEncoder,
+    ObsDecoder,
+    ObsEncoder,
+    OneHotFeatures,
+    one_hot_features,
+)
 from lore.dreamer.rssm import RSSM
 
 Tensor = torch.Tensor
@@ -78,9 +86,17 @@ class WorldModel(nn.Module):
             embed = torch.cat([embed, self.feature_encoder(features, features_mask)], -1)
         return embed
 
-    def predict_next_latent(self, feat: Tensor, action: Tensor) -> Tensor:
+    def one_hot(self, feat: Tensor) -> OneHotFeatures | Tensor:
+        """Latent features [..., F] as deter + hot stoch columns when the stoch part is an exact one-hot
+        sample without gradient (imagined or detached posterior states); else unchanged."""
+        return one_hot_features(feat, self.rssm.deter_dim, self.rssm.classes)
+
+    def predict_next_latent(self, feat: Tensor | OneHotFeatures, action: Tensor) -> Tensor:
         """feat [..., F], one-hot action [..., A] -> member logits [K, ..., S, C]."""
-        out = self.ensemble(torch.cat([feat, action], -1))
+        x = feat.append_group(action) if isinstance(feat, OneHotFeatures) else None
+        if x is None:  # dense features, or an action that is not one-hot
+            x = torch.cat([feat.to_dense() if isinstance(feat, OneHotFeatures) else feat, action], -1)
+        out = self.ensemble(x)
         return out.reshape(*out.shape[:-1], self.rssm.stoch_dim, self.rssm.classes)
 
     def expected_disagreement(self, feat: Tensor, policy_probs: Tensor) -> Tensor:
@@ -125,7 +141,7 @@ class WorldModel(nn.Module):
         losses["dyn"], losses["rep"] = dyn_loss.mean(), rep_loss.mean()
 
         # disagreement ensemble: (s_t, a_t) -> posterior at t+1, where t+1 continues the episode
-        pred = self.predict_next_latent(feat[:, :-1].detach(), action[:, :-1])  # [K, B, T-1, S, C]
+        pred = self.predict_next_latent(self.one_hot(feat[:, :-1].detach()), action[:, :-1])  # [K, B, T-1, S, C]
         target = post["post_logits"][:, 1:].detach().exp()
         ce = -(target * torch.log_softmax(pred, -1)).sum((-2, -1))  # [K, B, T-1]
         valid = (~is_first[:, 1:]).float()
