@@ -42,12 +42,15 @@ SIZES = {  # both agents: deter, units (dense/hidden), layers, 32 latents x 32 c
     "xs": {"deter": 256, "units": 256, "layers": 1, "lore_preset": "xs", "peer_algo": "dreamer_v3_XS"},
     "s": {"deter": 512, "units": 512, "layers": 2, "lore_preset": "s", "peer_algo": "dreamer_v3_S"},
 }
-AGENTS = ("full", "core", "peer")
+AGENTS = ("full", "shared", "core", "peer")
+LORE_AGENTS = AGENTS[:-1]
+"""LoRe's variants, each timed against the peer: defaults, defaults with the critic heads on one shared
+trunk (``dreamer.critic_trunk=shared``), and the core (1 head, 1 ensemble member)."""
 
 # Every size difference that remains between the agents once the sizes above are matched.
 DIFFERENCES = [
-    "LoRe full trains 3 distributional critic heads (and keeps 3 slow copies); sheeprl and LoRe core train one "
-    "critic and one target copy.",
+    "LoRe full trains 3 distributional critic heads (and keeps 3 slow copies); LoRe shared trains 3 output "
+    "layers on one critic trunk; sheeprl and LoRe core train one critic and one target copy.",
     "LoRe full trains a disagreement ensemble (3 members at XS, 4 at S) of one-step latent predictors "
     "([deter, stoch, action] -> next stoch logits, `units` wide, `layers` deep) beside the world model; LoRe core "
     "keeps 1 member; sheeprl has none.",
@@ -170,6 +173,8 @@ def build_lore(size: str, agent: str, batch: int, length: int):
                  f"model.bins={BINS}", f"dreamer.horizon={HORIZON}", "dreamer.imag_last=0", "seed=0"]
     if agent == "core":
         overrides += ["model.value_heads=1", "model.ensemble=1"]
+    elif agent == "shared":
+        overrides += ["dreamer.critic_trunk=shared"]
     cfg = build_config(overrides=overrides)
     space = gymnasium.spaces.Dict({"symbolic": gymnasium.spaces.Box(0.0, 1.0, (OBS_DIM,), np.float32)})
     lore = DreamerAgent(space, ACTIONS, cfg)
@@ -330,7 +335,7 @@ def measure(size: str, peer_python: Path, rounds: int, warmup: int, batch: int, 
         times = {agent: [] for agent in AGENTS}
         loads = []
         for r in range(warmup + rounds):
-            order = AGENTS[r % 3:] + AGENTS[:r % 3]  # rotate: no agent always runs first after a pause
+            order = AGENTS[r % len(AGENTS):] + AGENTS[:r % len(AGENTS)]  # rotate: no agent always runs first after a pause
             for agent in order:
                 t = workers[agent].step()
                 if r >= warmup:
@@ -347,7 +352,7 @@ def measure(size: str, peer_python: Path, rounds: int, warmup: int, batch: int, 
     for clock in ("wall_ms", "cpu_ms"):
         per = {a: [t[clock] for t in times[a]] for a in AGENTS}
         out[clock] = {a: quartiles(per[a]) for a in AGENTS}
-        for a in ("full", "core"):
+        for a in LORE_AGENTS:
             out[clock][f"{a}/peer"] = quartiles([x / y for x, y in zip(per[a], per["peer"], strict=True)])
     return out
 
@@ -366,19 +371,22 @@ def report(rows: list[dict], meta: dict) -> str:
         f"32x32 latents, imagination from all {meta['batch'] * meta['length']:,} posterior states "
         f"(horizon {HORIZON}). {meta['cpus']} CPUs; {meta['when']}.",
         "",
-        "*full*: LoRe's defaults (3 critic heads, disagreement ensemble); *core*: LoRe with 1 critic head and "
-        "1 ensemble member; *peer*: sheeprl `dreamer_v3` at the same size. Updates run one at a time, "
-        "interleaved (full, core, peer, order rotated each round), each agent in its own process; ratios are "
+        "*full*: LoRe's defaults (3 critic heads, disagreement ensemble); *shared*: the same with the critic "
+        "heads as output layers on one shared trunk (`dreamer.critic_trunk=shared`); *core*: LoRe with 1 critic "
+        "head and 1 ensemble member; *peer*: sheeprl `dreamer_v3` at the same size. Updates run one at a time, "
+        f"interleaved ({', '.join(AGENTS)}, order rotated each round), each agent in its own process; ratios are "
         "taken within a round: median (interquartile range) over the rounds.",
         "",
-        "| size | clock | full ms | core ms | peer ms | full / peer | core / peer | rounds | load (1 min) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| size | clock | " + " | ".join(f"{a} ms" for a in AGENTS) + " | "
+        + " | ".join(f"{a} / peer" for a in LORE_AGENTS) + " | rounds | load (1 min) |",
+        "|---|---|" + "---:|" * (len(AGENTS) + len(LORE_AGENTS) + 2),
     ]
     for r in rows:
         for clock, name in (("wall_ms", "wall"), ("cpu_ms", "CPU")):
             c = r[clock]
-            lines.append(f"| {r['size'].upper()} | {name} | {c['full'][1]:.0f} | {c['core'][1]:.0f} | "
-                         f"{c['peer'][1]:.0f} | {fmt_ratio(c['full/peer'])} | {fmt_ratio(c['core/peer'])} | "
+            times = " | ".join(f"{c[a][1]:.0f}" for a in AGENTS if a in c)
+            ratios = " | ".join(fmt_ratio(c[f"{a}/peer"]) for a in LORE_AGENTS if f"{a}/peer" in c)
+            lines.append(f"| {r['size'].upper()} | {name} | {times} | {ratios} | "
                          f"{r['rounds']} | {r['load'][1]:.1f} ({r['load'][0]:.1f}-{r['load'][2]:.1f}) |")
     lines += ["", "Wall time is what a run waits for; CPU time (of each agent's process) is much less disturbed "
               "when other work shares the cores, so a ratio that differs between the two clocks says the "
@@ -387,6 +395,8 @@ def report(rows: list[dict], meta: dict) -> str:
               "|---|---|---:|---:|---:|---:|"]
     for r in rows:
         for a in AGENTS:
+            if a not in r["params"]:
+                continue
             p = r["params"][a]
             lines.append(f"| {r['size'].upper()} | {a} | {p['world model (without ensemble)']:,} | "
                          f"{p['ensemble']:,} ({p['ensemble members']}) | {p['actor']:,} | "

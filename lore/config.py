@@ -78,6 +78,10 @@ class DreamerConfig:
     value_bootstrap: float = 0.5
     """Probability that a critic head trains on an imagination start state (bootstrapped heads, so
     their spread measures value uncertainty; 1 = every head on every state, no spread)."""
+    critic_trunk: Literal["separate", "shared"] = "separate"
+    """``separate``: each of the ``model.value_heads`` critic heads is a whole MLP; ``shared``: the heads are
+    output layers on one shared MLP trunk (bootstrapped-DQN style, Osband et al. 2016), which costs
+    about one critic instead of ``model.value_heads`` (each head still trains on its own bootstrap sample)."""
     actor_entropy: float = 3e-4
     free_bits: float = 1.0
     kl_dyn: float = 0.5
@@ -829,7 +833,7 @@ def estimated_parameters(model: ModelConfig, num_actions: int = 20, obs_dim: int
     rssm = 3 * model.deter * (units + model.deter) + units * (latent + num_actions) + 2 * units * latent \
         + units * (model.deter + obs_dim)
     heads = mlp(obs_dim, obs_dim) + mlp(feat, obs_dim) + mlp(feat, model.bins) + mlp(feat, 1) + mlp(feat, num_actions)
-    critic = 2 * model.value_heads * mlp(feat, model.bins)  # critic + slow copy
+    critic = 2 * model.value_heads * mlp(feat, model.bins)  # critic + slow copy (separate trunks: the upper bound)
     ensemble = model.ensemble * mlp(feat + num_actions, latent)
     cnn = 2 * 9 * model.cnn_depth ** 2 * (2 + 8 + 32)  # encoder + decoder, depths d, 2d, 4d, 8d
     return rssm + heads + critic + ensemble + cnn + mlp(model.feature_units, model.feature_units)

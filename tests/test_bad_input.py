@@ -367,6 +367,7 @@ def test_contradictions(sandbox, capsys, overrides, needle):
     (["--set", "train.stepz=5"], "train.stepz"),
     (["--set", "nosuch.key=1"], "nosuch"),
     (["--set", "env.obs=rgb"], "env.obs"),
+    (["--set", "dreamer.critic_trunk=tied"], "dreamer.critic_trunk"),
     (["--set", "llm.backend=openai"], "llm.backend"),
     (["--set", "train=5"], "train"),
     (["--set", "train.steps"], "KEY=VALUE"),

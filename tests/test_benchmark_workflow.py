@@ -278,26 +278,31 @@ def test_the_not_below_target_reads_the_difference_ci_and_prints_the_stricter_re
     assert diff == pytest.approx(sum(full) / 5 - sum(kl) / 5, abs=5e-4)
 
 
-def test_the_gate_entropy_overlay_changes_only_the_gate_weights_of_the_benchmark_runs(tmp_path):
-    """config/gate_entropy.yaml on top of config/benchmark.yaml: 10 runs whose commands are the
-    benchmark's own for the same (env, arm, seed) plus the two gate weights at 0, under their own root."""
-    overlay = CONFIG_DIR / "gate_entropy.yaml"
-    proc = run_snakemake(tmp_path, "-n", "-p", "--configfile", str(BENCHMARK), str(overlay), timeout=120)
+@pytest.mark.parametrize("overlay, root, added, arms", [
+    ("gate_entropy", "bench_gate_entropy", " --set prior.w_value=0.0 --set prior.w_disagreement=0.0",
+     {"full", "full_adversarial"}),
+    ("critic_shared", "bench_critic_shared", " --set 'dreamer.critic_trunk=\"shared\"'", {"rl_only", "full"}),
+])
+def test_an_experiment_overlay_changes_only_its_settings_of_the_benchmark_runs(tmp_path, overlay, root, added, arms):
+    """config/<overlay>.yaml on top of config/benchmark.yaml: 10 DoorKey runs whose commands are the
+    benchmark's own for the same (env, arm, seed) plus the overlay's settings, under their own root."""
+    proc = run_snakemake(tmp_path, "-n", "-p", "--configfile", str(BENCHMARK), str(CONFIG_DIR / f"{overlay}.yaml"),
+                         timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert job_counts(proc.stdout)["train"] == 10
     base = run_snakemake(tmp_path, "-n", "-p", configfile=BENCHMARK, timeout=120)
     assert base.returncode == 0, base.stderr[-3000:]
 
-    def commands(out: str, root: str) -> dict[str, str]:
+    def commands(out: str, prefix: str) -> dict[str, str]:
         found = {}
         for line in out.splitlines():
             match = re.search(r"exec lore train --run-dir (\S+) (.*?) >> ", line)
             if match:
-                found[match.group(1).removeprefix(root)] = match.group(2)
+                found[match.group(1).removeprefix(prefix)] = match.group(2)
         return found
 
-    gate, bench = commands(proc.stdout, "results/bench_gate_entropy/"), commands(base.stdout, "results/bench/")
-    assert len(gate) == 10 and all("/full" in run for run in gate)
-    for run, args in gate.items():
-        assert args.replace(" --set prior.w_value=0.0 --set prior.w_disagreement=0.0", "") == bench[run]
-    assert "docs/benchmark/gate_entropy/README.md" in _planned_paths(proc.stdout)
+    runs, bench = commands(proc.stdout, f"results/{root}/"), commands(base.stdout, "results/bench/")
+    assert len(runs) == 10 and {run.split("/")[2] for run in runs} == arms
+    for run, args in runs.items():
+        assert added in args and args.replace(added, "") == bench[run]
+    assert f"docs/benchmark/{overlay}/README.md" in _planned_paths(proc.stdout)

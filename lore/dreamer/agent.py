@@ -93,7 +93,8 @@ class DreamerAgent:
         self.wm = WorldModel(obs_space, num_actions, cfg).to(self.device)
         feat = self.wm.feat_dim
         self.actor = Actor(feat, num_actions, m.units, m.layers, d.unimix).to(self.device)
-        self.critic = Critic(feat, m.value_heads, m.units, m.layers, self.wm.bins).to(self.device)
+        self.critic = Critic(feat, m.value_heads, m.units, m.layers, self.wm.bins,
+                             cfg.dreamer.critic_trunk).to(self.device)
         self.slow_critic = make_slow_copy(self.critic)
         self.prior = PriorLayer(cfg.prior, num_actions, num_envs=cfg.env.num_envs, total_steps=cfg.train.steps)
         self.retnorm = ReturnNormalizer(d.retnorm_decay, d.retnorm_low, d.retnorm_high, device=self.device)

@@ -14,7 +14,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from lore.dreamer.math import categorical_entropy, symlog, twohot_decode, twohot_log_prob, unimix_logits
-from lore.dreamer.networks import MLP, EnsembleMLP
+from lore.dreamer.networks import MLP, EnsembleMLP, HeadsOnTrunk
 
 Tensor = torch.Tensor
 
@@ -34,9 +34,12 @@ class Actor(nn.Module):
 class Critic(nn.Module):
     """K distributional value heads (255-bin two-hot, zero-initialised outputs)."""
 
-    def __init__(self, feat_dim: int, heads: int, units: int, layers: int, bins: Tensor):
+    def __init__(self, feat_dim: int, heads: int, units: int, layers: int, bins: Tensor, trunk: str = "separate"):
         super().__init__()
-        self.net = EnsembleMLP(heads, feat_dim, units, layers, bins.shape[0], out_scale=0.0)
+        if trunk not in ("separate", "shared"):
+            raise ValueError(f"critic trunk must be 'separate' or 'shared', got {trunk!r}")
+        net = EnsembleMLP if trunk == "separate" else HeadsOnTrunk
+        self.net = net(heads, feat_dim, units, layers, bins.shape[0], out_scale=0.0)
         self.register_buffer("bins", bins.clone(), persistent=False)
 
     def forward(self, feat: Tensor) -> Tensor:  # [..., F] -> logits [K, ..., bins]
