@@ -306,3 +306,24 @@ def test_an_experiment_overlay_changes_only_its_settings_of_the_benchmark_runs(t
     for run, args in runs.items():
         assert added in args and args.replace(added, "") == bench[run]
     assert f"docs/benchmark/{overlay}/README.md" in _planned_paths(proc.stdout)
+
+
+def test_gate_signal_separation_reads_the_paired_difference_per_run():
+    from lore.analysis.benchmark_report import signal_separation
+    from lore.analysis.settings import AnalysisSettings
+
+    rows = []
+    for seed, jitter in enumerate((-0.01, 0.0, 0.01, 0.005, -0.005)):
+        rows.append({"env": "E", "ablation": "full", "seed": seed,
+                     # entropy clearly higher on d states, disagreement clearly lower, value the same but noisy
+                     "u_entropy_frac_disagree_avg": 0.6 + jitter, "u_entropy_frac_agree_avg": 0.5,
+                     "u_disagreement_ratio_disagree_avg": 0.4, "u_disagreement_ratio_agree_avg": 0.45 + jitter,
+                     "u_value_ratio_disagree_avg": 0.5 + 4 * jitter, "u_value_ratio_agree_avg": 0.5,
+                     "beta_disagree_avg": 0.5, "beta_agree_avg": 0.5})
+    lines = signal_separation(pd.DataFrame(rows), AnalysisSettings())
+    table = {line.split(" | ")[0][2:]: line for line in lines if line.startswith("| ") and " | 5 | " in line}
+    assert "+0.100 [" in table["entropy"] and table["entropy"].endswith("| higher where the policy disagrees |")
+    assert table["disagreement"].endswith("| **lower** where the policy disagrees |")
+    assert table["value"].endswith("| no evidence of a difference |")
+    assert table["β (combined)"].endswith("| no evidence of a difference |")
+    assert signal_separation(pd.DataFrame(rows), AnalysisSettings(), arms=("gate",)) == []  # arm not run

@@ -156,6 +156,47 @@ def prior_rows(env_runs: pd.DataFrame) -> list[str]:
     return lines
 
 
+SEPARATION_PARTS = {"entropy": "u_entropy_frac", "value": "u_value_ratio", "disagreement": "u_disagreement_ratio",
+                    "β (combined)": "beta"}
+"""Gate parts whose disagree / agree split is checked: name -> column stem of ``runs.csv``."""
+
+
+def separation_word(low: float, high: float) -> str:
+    """Verdict of a d − a interval: the part is higher where the policy disagrees with the advice, or not."""
+    if low > 0:
+        return "higher where the policy disagrees"
+    if high < 0:
+        return "**lower** where the policy disagrees"
+    return "no evidence of a difference"
+
+
+def signal_separation(env_runs: pd.DataFrame, settings: AnalysisSettings, arms: tuple[str, ...] = ("full",)) -> list[str]:
+    """Does each gate signal carry information about where the advice matters? Per run the mean part on
+    advised states where the advice's top action differs from the policy's minus where it equals it
+    (d − a, paired within the run); mean and bootstrap CI over seeds, n, and what the interval says."""
+    lines = []
+    for arm in arms:
+        group = env_runs[env_runs["ablation"] == arm]
+        rows = []
+        for name, stem in SEPARATION_PARTS.items():
+            cols = (f"{stem}_disagree_avg", f"{stem}_agree_avg")
+            if not len(group) or any(c not in group for c in cols):
+                continue
+            diff = (group[cols[0]] - group[cols[1]]).dropna().to_numpy(dtype=float)
+            if not diff.size:
+                continue
+            ci = st.stratified_bootstrap_ci([diff], "mean", confidence=settings.confidence,
+                                            resamples=settings.resamples, seed=settings.seed)
+            flag = "" if diff.size >= FEW_SEEDS else "†"
+            rows.append(f"| {name} | {diff.size} | {ci.estimate:+.3f} [{ci.low:+.3f}, {ci.high:+.3f}]{flag} | "
+                        f"{separation_word(ci.low, ci.high)} |")
+        if rows:
+            lines += [f"Gate signals in `{arm}`: each part on advised states where the policy disagrees with the "
+                      "advice (d) minus where it agrees (a), per run, mean [95% CI] over seeds:", "",
+                      "| part | n | d − a | reading |", "|---|---|---|---|", *rows, ""]
+    return lines
+
+
 def verdict(ok: bool | None) -> str:
     return "n/a (arm not run)" if ok is None else ("**met**" if ok else "**not met**")
 
@@ -249,6 +290,7 @@ def markdown_report(stats: pd.DataFrame, runs_table: pd.DataFrame, settings: Ana
         lines += [f"## {env}", ""] + arm_table(summary, env, budgets) + [""]
         lines += ["Targets (issue 9):", ""] + targets(stats, runs_table, env, budgets[-1], settings) + [""]
         lines += prior_rows(runs_table[runs_table["env"] == env]) + [""]
+        lines += signal_separation(runs_table[runs_table["env"] == env], settings)
     lines += ["Figures: " + ", ".join(f"`figures/{name}.png` ({what})" for name, what in REPORT_FIGURES.items())
               + ".", ""]
     return "\n".join(lines)
