@@ -70,7 +70,7 @@ class Mutant:
     old: str           # exact source snippet ...
     new: str           # ... and its replacement
     occurrence: int = 0  # 0: ``old`` must occur exactly once; k >= 1: replace the k-th occurrence
-    group: str = "main"  # "main": the issue-13 list; "heldout": written after the tests (see HELDOUT)
+    group: str = "main"  # "main": the issue-13 list; "heldout": written after the tests (see HELDOUT); "fast": FAST
 
     def apply(self, text: str) -> str:
         count = text.count(self.old)
@@ -447,6 +447,36 @@ HELDOUT: list[Mutant] = [
     H("config.value_bootstrap", "value_bootstrap: float = 0.5", "value_bootstrap: float = 1.0"),
 ]
 
+# Fast paths: the one-hot first layers, the fused critic loss and the shared critic trunk (issue 13's
+# "uncertainty at almost no extra cost"). Each must give the dense / plain numbers; a mutant that breaks
+# that equality (or a gradient) must fail a test. Run against the dreamer tests plus test_trust_gate.py,
+# which holds the shared-trunk critic's tests (``--tests`` adds files).
+FAST: list[Mutant] = [
+    M("networks.onehot_no_group_offset",
+      "return idx + torch.arange(groups.shape[-2], device=groups.device) * groups.shape[-1]", "return idx",
+      group="fast"),
+    M("networks.onehot_accepts_soft_groups", "tol: float = 1e-5", "tol: float = 0.6", group="fast"),
+    M("networks.onehot_block_with_gradient", "if width <= 0 or width % classes or feat.requires_grad:",
+      "if width <= 0 or width % classes:", group="fast"),
+    M("networks.project_drops_dense_part",
+      "return F.linear(x.dense, weight[:, :d]) + selected.reshape(*lead, weight.shape[0])",
+      "return selected.reshape(*lead, weight.shape[0])", group="fast"),
+    M("networks.selected_rows_backward_unsorted", "order = torch.argsort(flat, stable=True)",
+      "order = torch.arange(flat.shape[0], device=flat.device)", group="fast"),
+    M("networks.append_group_no_offset", "torch.cat([self.hot, hot + self.width], -1)",
+      "torch.cat([self.hot, hot], -1)", group="fast"),
+    M("behavior.fused_regulariser_toward_returns", "reg = lse - target_logit(slow_below, slow_above)",
+      "reg = lse - target_logit(ret_below, ret_above)", group="fast"),
+    M("behavior.fused_gradient_not_averaged", "c_ce = grad_ce * w / (h * n)", "c_ce = grad_ce * w", group="fast"),
+    M("behavior.fused_gradient_target_sign", "grad.scatter_add_(-1, index, (-(1.0 - above) * c).unsqueeze(-1))",
+      "grad.scatter_add_(-1, index, ((1.0 - above) * c).unsqueeze(-1))", group="fast"),
+    M("behavior.fused_weights_swapped", "return (1.0 - above) * lo + above * hi", "return above * lo + (1.0 - above) * hi",
+      group="fast"),
+    M("networks.shared_trunk_one_head", "out = self.out(h.expand(self.members, -1, -1))  # [K, N, out]",
+      "out = self.out(h.expand(self.members, -1, -1))[:1].expand(self.members, -1, -1)  # [K, N, out]",
+      group="fast"),
+]
+
 
 # --------------------------------------------------------------------------- running
 
@@ -658,7 +688,7 @@ def summarise(results: list[Result]) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", nargs="*", default=None, help="run mutants whose name contains any of these")
-    parser.add_argument("--group", choices=("main", "heldout", "all"), default="all",
+    parser.add_argument("--group", choices=("main", "heldout", "fast", "all"), default="all",
                         help="main: the issue-13 list; heldout: mutants written after the tests; all: both")
     parser.add_argument("--list", action="store_true", help="list the mutants, validate the snippets and exit")
     parser.add_argument("--tests", nargs="*", default=list(DEFAULT_TESTS), help="test files to run per mutant")
@@ -670,7 +700,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-v", "--verbose", action="store_true", help="show the first failing test per mutant")
     args = parser.parse_args(argv)
 
-    pool = {"main": MUTANTS, "heldout": HELDOUT, "all": MUTANTS + HELDOUT}[args.group]
+    pool = {"main": MUTANTS, "heldout": HELDOUT, "fast": FAST, "all": MUTANTS + HELDOUT + FAST}[args.group]
     mutants = pool if not args.only else [m for m in pool if any(s in m.name for s in args.only)]
     problems = validate(mutants)
     if args.list:
