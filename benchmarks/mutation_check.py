@@ -6,7 +6,8 @@ ignored, ...) by replacing one exact source snippet. For every mutant the script
 repository's ``lore/`` package and the dreamer test files into a scratch directory (the working
 tree is never touched), applies the mutation there, runs
 
-    pytest -x -q tests/test_dreamer_math.py tests/test_dreamer_agent.py tests/test_dreamer_ingredients.py
+    pytest -x -q tests/test_dreamer_math.py tests/test_dreamer_agent.py tests/test_dreamer_ingredients.py \
+                 tests/test_trust_gate.py
 
 against the mutated copy and records whether a test failed ("killed") or all passed ("survived").
 The mutation score is killed / total.
@@ -21,7 +22,7 @@ Two groups: ``main`` (the issue-13 list, written before the ingredient tests) an
 (written after them, to estimate how well the tests catch errors they were not tailored to).
 Scores and the surviving (equivalent) mutants are in docs/testing.md.
 
-Usage (run it nice'd on a shared machine; ~7 min for all 190 mutants on one free core):
+Usage (run it nice'd on a shared machine; ~8 min for all 201 mutants on one free core):
 
     nice -n 19 .venv/bin/python benchmarks/mutation_check.py                 # all mutants
     nice -n 19 .venv/bin/python benchmarks/mutation_check.py --only math.kl  # name substring(s)
@@ -48,7 +49,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_TESTS = ("tests/test_dreamer_math.py", "tests/test_dreamer_agent.py", "tests/test_dreamer_ingredients.py")
+DEFAULT_TESTS = ("tests/test_dreamer_math.py", "tests/test_dreamer_agent.py", "tests/test_dreamer_ingredients.py",
+                 "tests/test_trust_gate.py")
+"""The dreamer tests, and test_trust_gate.py for the critic heads (bootstrap, shared trunk)."""
 SUPPORT_FILES = ("tests/conftest.py", "pyproject.toml")
 
 FILES = {
