@@ -327,3 +327,28 @@ def test_gate_signal_separation_reads_the_paired_difference_per_run():
     assert table["value"].endswith("| no evidence of a difference |")
     assert table["β (combined)"].endswith("| no evidence of a difference |")
     assert signal_separation(pd.DataFrame(rows), AnalysisSettings(), arms=("gate",)) == []  # arm not run
+
+
+def test_experiment_comparison_reads_each_difference_from_its_interval(tmp_path, capsys):
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import experiment_compare as cmp
+
+    def table(folder: Path, arms: dict[str, list[float]]) -> Path:
+        (folder / "tables").mkdir(parents=True)
+        pd.DataFrame([{"env": "E", "ablation": arm, "seed": i, "auc": v, "final_sr": 0.5}
+                      for arm, values in arms.items() for i, v in enumerate(values)]).to_csv(
+            folder / "tables" / "runs.csv", index=False)
+        return folder
+
+    base = table(tmp_path / "bench", {"full": [0.60, 0.62, 0.61, 0.59, 0.63], "kl": [0.7] * 5})
+    exp = table(tmp_path / "exp", {"full": [0.80, 0.82, 0.81, 0.79, 0.83], "only_here": [0.1, 0.2, 0.3]})
+    assert cmp.main(["--experiment", str(exp), "--baseline", str(base), "--title", "T"]) == 0
+    text = (exp / "comparison.md").read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| E |")]
+    assert len(rows) == 2  # full x (AUC, final SR); only_here and kl are on one side only
+    auc = next(r for r in rows if "| AUC |" in r)
+    assert "| 5 / 5 | 0.810 | 0.610 | +0.200 [" in auc and auc.endswith("| 1.00 | higher |")
+    assert next(r for r in rows if "| final SR |" in r).endswith("| no evidence of a difference |")
+    with pytest.raises(SystemExit) as missing:
+        cmp.main(["--experiment", str(tmp_path / "nothing"), "--baseline", str(base)])
+    assert missing.value.code == 2 and "tables/runs.csv not found" in capsys.readouterr().err

@@ -1,0 +1,93 @@
+"""An experiment overlay's runs against the benchmark's own, arm by arm: is anything different?
+
+    .venv/bin/python benchmarks/experiment_compare.py --experiment docs/benchmark/gate_entropy \
+        --title "gate on policy entropy alone (config/gate_entropy.yaml)"
+
+Reads the per-run table ``tables/runs.csv`` that the workflow's report copied into the experiment's report
+folder and the benchmark's (``--baseline``, default ``docs/benchmark``), and for every (env, arm) present in
+both writes, per metric, the experiment's mean minus the benchmark's with its bootstrap CI (the two groups
+of seeds resampled independently, ``lore.analysis.stats.compare``), n on both sides and P(experiment >
+benchmark), to ``<experiment>/comparison.md``. The reading follows the interval: "higher" / "lower" when it
+excludes 0, "no evidence of a difference" otherwise. Nothing is typed by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from lore.analysis import stats as st
+from lore.analysis.benchmark_report import interval_word
+from lore.analysis.latex import FEW_SEEDS
+
+METRICS = {"auc": "AUC", "sr@2500": "SR @2.5k", "sr@5000": "SR @5k", "final_sr": "final SR",
+           "beta_disagree_avg": "β advised, disagree", "beta_agree_avg": "β advised, agree",
+           "llm_calls": "API calls"}
+"""Columns of runs.csv compared (those absent from either table are skipped) -> their label."""
+
+
+def comparison_rows(baseline: pd.DataFrame, experiment: pd.DataFrame, seed: int = 0) -> list[dict]:
+    """One row per (env, arm, metric) present on both sides: means, n, difference CI, P(improvement)."""
+    rows = []
+    for (env, arm), group in experiment.groupby(["env", "ablation"], sort=True):
+        base = baseline[(baseline["env"] == env) & (baseline["ablation"] == arm)]
+        if not len(base):
+            continue
+        for metric, label in METRICS.items():
+            if metric not in group or metric not in base:
+                continue
+            x, y = group[metric].dropna().to_numpy(float), base[metric].dropna().to_numpy(float)
+            if not (x.size and y.size):
+                continue
+            c = st.compare(x, y, seed=seed)
+            rows.append({"env": env, "arm": arm, "metric": label, "n_experiment": c.n_x, "n_benchmark": c.n_y,
+                         "experiment": c.mean_x, "benchmark": c.mean_y, "difference": c.difference.estimate,
+                         "low": c.difference.low, "high": c.difference.high, "p_higher": c.p_improve.estimate,
+                         "reading": interval_word(c.difference.low, c.difference.high)})
+    return rows
+
+
+def markdown(rows: list[dict], title: str) -> str:
+    lines = [f"# {title}: against the benchmark's runs", "",
+             "Written by `benchmarks/experiment_compare.py` from the two reports' `tables/runs.csv`; do not edit. "
+             "Per arm and metric: the experiment's mean, the benchmark's, their difference with its 95% bootstrap "
+             f"CI (seeds resampled within each group), n on both sides († fewer than {FEW_SEEDS}) and P(a run of "
+             "the experiment scores higher than a run of the benchmark).", "",
+             "| env | arm | metric | n (exp / bench) | experiment | benchmark | difference [95% CI] | P(higher) | reading |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        flag = "" if min(r["n_experiment"], r["n_benchmark"]) >= FEW_SEEDS else "†"
+        lines.append(f"| {r['env']} | {r['arm']} | {r['metric']} | {r['n_experiment']} / {r['n_benchmark']}{flag} | "
+                     f"{r['experiment']:.3f} | {r['benchmark']:.3f} | {r['difference']:+.3f} "
+                     f"[{r['low']:+.3f}, {r['high']:+.3f}] | {r['p_higher']:.2f} | {r['reading']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--experiment", type=Path, required=True, help="the experiment's report folder")
+    p.add_argument("--baseline", type=Path, default=Path("docs/benchmark"), help="the benchmark's report folder")
+    p.add_argument("--title", default=None, help="heading (default: the experiment folder's name)")
+    args = p.parse_args(argv)
+    tables = [folder / "tables" / "runs.csv" for folder in (args.baseline, args.experiment)]
+    for path in tables:
+        if not path.is_file():
+            p.error(f"{path} not found: run the workflow's report for that config first")
+    rows = comparison_rows(*(pd.read_csv(path) for path in tables))
+    if not rows:
+        print(f"experiment_compare: no (env, arm) of {tables[1]} is in {tables[0]}", file=sys.stderr)
+        return 1
+    out = args.experiment / "comparison.md"
+    text = markdown(rows, args.title or args.experiment.name)
+    tmp = out.with_suffix(".md.tmp")
+    tmp.write_text(text)
+    tmp.replace(out)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
