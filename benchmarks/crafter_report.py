@@ -32,6 +32,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from crafter_benchmark import RANDOM_DIR  # noqa: E402
 
 from lore.analysis import stats as st  # noqa: E402
+from lore.analysis.benchmark_report import signal_separation  # noqa: E402
+from lore.analysis.settings import AnalysisSettings  # noqa: E402
 
 RANDOM = "random"
 """The random policy's name in the report's tables."""
@@ -262,6 +264,8 @@ def report(frame: pd.DataFrame, random: pd.DataFrame, runs_table: pd.DataFrame, 
             data = at_step(random if arm == RANDOM else frame[frame["ablation"] == arm], last)
             cells.append(fmt(ci(data[column]), 0, scale=100.0))
         lines.append(f"| {column[4:]} | " + " | ".join(cells) + " |")
+    if len(runs_table) and "ablation" in runs_table:
+        lines += [""] + signal_separation(runs_table, AnalysisSettings(), arms=("full", "full_adversarial"))
     lines += ["", f"Figures: `{figure}` (score curves with the random baseline, per-achievement rates), "
               f"`{workflow_figure}` (the workflow's achievements figure, same runs).", ""]
     return lines

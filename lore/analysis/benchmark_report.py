@@ -161,13 +161,19 @@ SEPARATION_PARTS = {"entropy": "u_entropy_frac", "value": "u_value_ratio", "disa
 """Gate parts whose disagree / agree split is checked: name -> column stem of ``runs.csv``."""
 
 
+def interval_word(low: float, high: float, above: str = "higher", below: str = "lower",
+                  neither: str = "no evidence of a difference") -> str:
+    """What a CI of a difference says: ``above`` when it excludes 0 from above, ``below`` from below."""
+    if low > 0:
+        return above
+    if high < 0:
+        return below
+    return neither
+
+
 def separation_word(low: float, high: float) -> str:
     """Verdict of a d − a interval: the part is higher where the policy disagrees with the advice, or not."""
-    if low > 0:
-        return "higher where the policy disagrees"
-    if high < 0:
-        return "**lower** where the policy disagrees"
-    return "no evidence of a difference"
+    return interval_word(low, high, "higher where the policy disagrees", "**lower** where the policy disagrees")
 
 
 def signal_separation(env_runs: pd.DataFrame, settings: AnalysisSettings, arms: tuple[str, ...] = ("full",)) -> list[str]:
