@@ -78,10 +78,11 @@ class DreamerConfig:
     value_bootstrap: float = 0.5
     """Probability that a critic head trains on an imagination start state (bootstrapped heads, so
     their spread measures value uncertainty; 1 = every head on every state, no spread)."""
-    critic_trunk: Literal["separate", "shared"] = "separate"
-    """``separate``: each of the ``model.value_heads`` critic heads is a whole MLP; ``shared``: the heads are
-    output layers on one shared MLP trunk (bootstrapped-DQN style, Osband et al. 2016), which costs
-    about one critic instead of ``model.value_heads`` (each head still trains on its own bootstrap sample)."""
+    critic_trunk: Literal["separate", "shared"] = "shared"
+    """``shared`` (default): the ``model.value_heads`` critic heads are output layers on one shared MLP trunk
+    (bootstrapped-DQN style, Osband et al. 2016), each head on its own bootstrap sample, at about the cost
+    of one critic; ``separate``: each head is a whole MLP (DreamerV3's single critic, times the heads).
+    Measured (docs/benchmark/peer.md): separate heads are most of what an update costs over the peer's."""
     actor_entropy: float = 3e-4
     free_bits: float = 1.0
     kl_dyn: float = 0.5
@@ -234,8 +235,12 @@ class PriorConfig:
     bad advice: the agent keeps exploring on its own in this share of episodes, which is where the
     reward that lets the critic (and so the trust) judge the advice comes from."""
     w_entropy: float = 1.0
-    w_value: float = 1.0
-    w_disagreement: float = 1.0
+    w_value: float = 0.0
+    w_disagreement: float = 0.0
+    """Weights of the gate's three uncertainty signals. Value spread and world-model disagreement are still
+    computed and logged, but weigh 0 by default: measured on DoorKey, LavaGapS5 and Crafter, neither is
+    higher on advised states where the policy disagrees with the advice than where it agrees (the
+    disagreement is lower), while the policy's entropy is (docs/benchmark/README.md, "gate signals")."""
     ema_decay: float = 0.99
     temperature: float = 1.0
     align_temperature: bool = False

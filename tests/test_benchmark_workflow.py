@@ -279,9 +279,9 @@ def test_the_not_below_target_reads_the_difference_ci_and_prints_the_stricter_re
 
 
 @pytest.mark.parametrize("overlay, root, added, arms", [
-    ("gate_entropy", "bench_gate_entropy", " --set prior.w_value=0.0 --set prior.w_disagreement=0.0",
+    ("gate_three_signals", "bench_gate_three_signals", " --set prior.w_value=1.0 --set prior.w_disagreement=1.0",
      {"full", "full_adversarial"}),
-    ("critic_shared", "bench_critic_shared", " --set 'dreamer.critic_trunk=\"shared\"'", {"rl_only", "full"}),
+    ("critic_separate", "bench_critic_separate", " --set 'dreamer.critic_trunk=\"separate\"'", {"rl_only", "full"}),
 ])
 def test_an_experiment_overlay_changes_only_its_settings_of_the_benchmark_runs(tmp_path, overlay, root, added, arms):
     """config/<overlay>.yaml on top of config/benchmark.yaml: 10 DoorKey runs whose commands are the

@@ -361,9 +361,13 @@ def test_placeholder_compatible_api():
 
 def test_uncertainty_gate_names_a_missing_signal():
     layer = PriorLayer(prior_cfg(gate="uncertainty"), A, num_envs=2)
-    with pytest.raises(ValueError, match="disagreement"):
+    with pytest.raises(ValueError, match="entropy"):
         layer.act(torch.zeros(2, A), torch.zeros(2, A), torch.ones(2),
-                  {"entropy": torch.ones(2), "value_var": torch.ones(2)}, 0)
+                  {"value_var": torch.ones(2), "disagreement": torch.ones(2)}, 0)
+    weighted = PriorLayer(prior_cfg(gate="uncertainty", w_disagreement=0.5), A, num_envs=2)
+    with pytest.raises(ValueError, match="disagreement"):
+        weighted.act(torch.zeros(2, A), torch.zeros(2, A), torch.ones(2),
+                     {"entropy": torch.ones(2), "value_var": torch.ones(2)}, 0)
     with pytest.raises(ValueError, match="logits_wm"):
         layer.act(torch.zeros(2, A + 1), torch.zeros(2, A + 1), torch.ones(2), uncertainty(2), 0)
     with pytest.raises(ValueError, match="NaN/inf"):

@@ -211,7 +211,9 @@ def test_ratio_to_mean_is_half_at_the_mean_and_monotone():
 
 @pytest.mark.parametrize("signal", ["entropy", "value_var", "disagreement"])
 def test_beta_rises_with_each_uncertainty_signal(signal):
-    layer = PriorLayer(prior_cfg(gate="uncertainty", beta_max=1.0, gate_full_at=1.0), A, num_envs=2)
+    # all three signals weighted (the default weighs value spread and disagreement 0)
+    layer = PriorLayer(prior_cfg(gate="uncertainty", beta_max=1.0, gate_full_at=1.0, w_value=1.0,
+                                 w_disagreement=1.0), A, num_envs=2)
     pin_means(layer, 0.1)
     base = {"entropy": 0.5, "value_var": 0.1, "disagreement": 0.1}
     levels = [0.3, 0.6, 1.2, 2.4]
