@@ -670,6 +670,8 @@ CONFIG_NUMBER_MACROS = {
     "loreGateFullAt": "cfg_prior_gate_full_at", "loreCooldown": "cfg_llm_controller_cooldown",
     "loreCooldownSuccess": "cfg_llm_controller_cooldown_after_success", "loreDropout": "cfg_prior_dropout",
     "loreTMinLabels": "cfg_prior_temperature_min_labels",
+    "loreWEntropy": "cfg_prior_w_entropy", "loreWValue": "cfg_prior_w_value",
+    "loreWDisagreement": "cfg_prior_w_disagreement",
 }
 """Configuration numbers the method section quotes, read from the runs' resolved configs (of the
 runs that use the prior for ``cfg_prior_*``, of those that ask an LLM for ``cfg_llm_*``)."""
