@@ -357,6 +357,34 @@ def test_prior_run_metrics_read_what_the_prior_did_after_the_prefill():
     assert prior_run_metrics(run) == {}
 
 
+def test_loop_metrics_take_the_whole_run_figures_and_the_report_tabulates_the_share_outside_updates():
+    from pathlib import Path
+
+    from lore.analysis.aggregate import loop_run_metrics
+    from lore.analysis.benchmark_report import loop_speed
+    from lore.analysis.runs import Run
+    from lore.analysis.settings import AnalysisSettings
+
+    def run(seed, frac):
+        metrics = pd.DataFrame({"env_step": [500, 1000, 1500], "steps_per_s": [20.0, 30.0, 40.0 + seed],
+                                "update_ms": [90.0, 95.0, 100.0], "update_time_frac": [0.5, 0.7, frac]})
+        empty = pd.DataFrame()
+        return Run(Path("."), "E", "full", seed, empty, empty, metrics, empty, None, {})
+
+    out = loop_run_metrics(run(0, 0.88))
+    assert out["steps_per_s_last"] == 40.0 and out["update_ms_last"] == 100.0  # cumulative: the last row
+    assert out["outside_update_frac"] == pytest.approx(0.12)
+    assert loop_run_metrics(Run(Path("."), "E", "full", 0, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(),
+                                pd.DataFrame(), None, {})) == {}
+    rows = [{"env": "E", "ablation": "full", "seed": s, **loop_run_metrics(run(s, f))}
+            for s, f in enumerate((0.88, 0.90, 0.86, 0.89, 0.87))]
+    lines = loop_speed(pd.DataFrame(rows), AnalysisSettings())
+    row = next(line for line in lines if line.startswith("| full |"))
+    assert row.startswith("| full | 5 | 42.0 [") and "| 100 [100, 100] |" in row
+    assert row.split(" | ")[-1].startswith("12.0 [")  # percent of wall time outside updates
+    assert loop_speed(pd.DataFrame([{"env": "E", "ablation": "full", "seed": 0}]), AnalysisSettings()) == []
+
+
 def test_kl_sentence_says_within_or_above_the_bound_from_the_numbers():
     from lore.analysis.aggregate import prior_run_metrics
     from lore.analysis.paper import cfg_number, kl_sentence

@@ -74,6 +74,7 @@ def run_metrics(run: Run, settings: AnalysisSettings) -> dict[str, float]:
             out["train_eval_gap"] = tail - out["final_sr"]
     out.update(llm_call_counts(run))
     out.update(prior_run_metrics(run))
+    out.update(loop_run_metrics(run))
     if run.done and "wall_s" in run.done:
         out["wall_s"] = float(run.done["wall_s"])
     return out
@@ -86,6 +87,25 @@ PRIOR_LAST = ("trust_llm", "trust_plan", "temperature_refits", "temperature_refi
 PRIOR_MEAN = ("beta_mean", "prior_mask_frac", "kl_mix_wm", "kl_mix_wm_train", "beta_disagree", "beta_agree", "u_entropy_frac_disagree",
               "u_entropy_frac_agree", "u_value_ratio_disagree", "u_value_ratio_agree",
               "u_disagreement_ratio_disagree", "u_disagreement_ratio_agree")
+
+
+LOOP_LAST = ("steps_per_s", "update_ms", "update_time_frac")
+"""Speed of the training loop, cumulative over the run, so the last logged value is the whole run's."""
+
+
+def loop_run_metrics(run: Run) -> dict[str, float]:
+    """``<name>_last`` of LOOP_LAST and ``outside_update_frac``: the share of the loop's wall time spent
+    outside gradient updates (acting, env steps, replay writes, evaluation, logging, checkpoints)."""
+    m = run.metrics
+    out: dict[str, float] = {}
+    for name in LOOP_LAST:
+        values = m[name].to_numpy(float) if name in m else np.array([])
+        values = values[np.isfinite(values)]
+        if values.size:
+            out[f"{name}_last"] = float(values[-1])
+    if "update_time_frac_last" in out:
+        out["outside_update_frac"] = 1.0 - out["update_time_frac_last"]
+    return out
 
 
 def prior_run_metrics(run: Run) -> dict[str, float]:
@@ -137,7 +157,8 @@ CONFIG_COLUMNS = ("train.steps", "train.train_ratio", "model.preset", "eval.ever
                   "llm.controller.cooldown", "llm.controller.cooldown_after_success",
                   "prior.enabled", "prior.gate", "prior.kl_mode", "prior.trust", "prior.align_temperature",
                   "prior.temperature_refit_every", "prior.temperature_min_labels", "prior.dropout",
-                  "advisor.accuracy", "dreamer.unimix", "dreamer.retnorm_low", "dreamer.retnorm_high")
+                  "advisor.accuracy", "dreamer.unimix", "dreamer.retnorm_low", "dreamer.retnorm_high",
+                  "prior.w_entropy", "prior.w_value", "prior.w_disagreement", "dreamer.critic_trunk")
 """Resolved-config fields copied into the run table (as ``cfg_<section>_<field>``) for the paper's setup text."""
 
 

@@ -203,6 +203,35 @@ def signal_separation(env_runs: pd.DataFrame, settings: AnalysisSettings, arms: 
     return lines
 
 
+LOOP_COLUMNS = {"env steps/s": ("steps_per_s_last", 1, 1.0), "ms per update": ("update_ms_last", 0, 1.0),
+                "wall time outside updates": ("outside_update_frac", 1, 100.0)}
+
+
+def loop_speed(env_runs: pd.DataFrame, settings: AnalysisSettings) -> list[str]:
+    """How fast each arm's runs trained, whole-run figures from each run's last metrics row, mean [CI]
+    over seeds. Measured where the benchmark ran: only the share outside updates compares across machines."""
+    if "outside_update_frac" not in env_runs or env_runs["outside_update_frac"].isna().all():
+        return []
+    lines = ["Training loop (whole run, mean [95% CI] over seeds; measured where the benchmark ran, under its "
+             "load; the share of wall time outside updates is acting, env steps, replay writes, evaluation, "
+             "logging and checkpoints, in %):", "",
+             "| arm | n | " + " | ".join(LOOP_COLUMNS) + " |", "|---|---|" + "---|" * len(LOOP_COLUMNS)]
+    for arm in arm_order(env_runs["ablation"].unique()):
+        group = env_runs[env_runs["ablation"] == arm]
+        cells, n = [], 0
+        for column, digits, scale in LOOP_COLUMNS.values():
+            values = (group[column].dropna().to_numpy(dtype=float) * scale) if column in group else np.array([])
+            n = max(n, values.size)
+            if not values.size:
+                cells.append("—")
+                continue
+            ci = st.stratified_bootstrap_ci([values], "mean", confidence=settings.confidence,
+                                            resamples=settings.resamples, seed=settings.seed)
+            cells.append(fmt_interval(ci.estimate, ci.low, ci.high, values.size, digits))
+        lines.append(f"| {arm} | {n} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
 def verdict(ok: bool | None) -> str:
     return "n/a (arm not run)" if ok is None else ("**met**" if ok else "**not met**")
 
@@ -297,6 +326,7 @@ def markdown_report(stats: pd.DataFrame, runs_table: pd.DataFrame, settings: Ana
         lines += ["Targets (issue 9):", ""] + targets(stats, runs_table, env, budgets[-1], settings) + [""]
         lines += prior_rows(runs_table[runs_table["env"] == env]) + [""]
         lines += signal_separation(runs_table[runs_table["env"] == env], settings)
+        lines += loop_speed(runs_table[runs_table["env"] == env], settings)
     lines += ["Figures: " + ", ".join(f"`figures/{name}.png` ({what})" for name, what in REPORT_FIGURES.items())
               + ".", ""]
     return "\n".join(lines)
