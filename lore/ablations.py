@@ -6,7 +6,7 @@ the resolved ``config.yaml`` of every run shows exactly what it ran.
 
 from __future__ import annotations
 
-from lore.config import ConfigError, show
+from lore.validation import ConfigError, show
 
 _LLM_ON = {"llm.backend": "scripted"}
 _NO_LLM = {"llm.backend": "none", "prior.enabled": False, "features.enabled": False,

@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import reprlib
 import types
 import typing
 from dataclasses import dataclass, field
@@ -22,10 +21,9 @@ from typing import Any, Literal, Union
 
 import yaml
 
-
-class ConfigError(ValueError):
-    """A configuration problem; the message names the offending key."""
-
+from lore.ablations import ablation_overrides
+from lore.presets import ModelConfig, resolve_model
+from lore.validation import ConfigError, show
 
 # --------------------------------------------------------------------------- sections
 
@@ -44,23 +42,6 @@ class EnvConfig:
     crafter_area: int = 64
     crafter_view: int = 9
     """Side of the local semantic map around the player (Crafter)."""
-
-
-@dataclass
-class ModelConfig:
-    """Network sizes. ``preset`` fills every field left as None (see :mod:`lore.presets`)."""
-
-    preset: str = "xs"
-    deter: int | None = None
-    stoch: int | None = None
-    classes: int | None = None
-    units: int | None = None
-    layers: int | None = None
-    cnn_depth: int | None = None
-    bins: int | None = None
-    value_heads: int | None = None
-    ensemble: int | None = None
-    feature_units: int | None = None
 
 
 @dataclass
@@ -328,18 +309,6 @@ class RunConfig:
 
 # --------------------------------------------------------------------------- strict (de)serialisation
 
-_REPR = reprlib.Repr()
-_REPR.maxstring = _REPR.maxother = 80
-_REPR.maxlong = 40
-_REPR.maxlevel = 3
-
-
-def show(value: Any) -> str:
-    """A short ``repr`` for error messages: bounded length and depth (a value may be a 10,000-deep list
-    or a YAML alias bomb of 10**9 elements)."""
-    return _REPR.repr(value)
-
-
 def _check_value(tp: Any, value: Any, key: str) -> Any:
     origin = typing.get_origin(tp)
     if tp is Any:
@@ -581,9 +550,6 @@ def build_config(
     ablation: str | None = None,
 ) -> RunConfig:
     """defaults <- YAML <- ablation overrides <- ``--set`` overrides, then preset resolution."""
-    from lore.ablations import ablation_overrides
-    from lore.presets import resolve_model
-
     data = dict(file_data or {})
     override_tree: dict = {}
     for text in overrides or []:
@@ -954,8 +920,6 @@ def config_from_saved(path: str | Path) -> RunConfig:
     resume or ``lore eval`` acts on it.
     """
     data = load_yaml(path)
-    from lore.presets import resolve_model
-
     try:
         cfg = _from_dict(RunConfig, data)
         cfg.model = resolve_model(cfg.model)

@@ -1,6 +1,6 @@
 """Model size presets, declared once.
 
-Every field of :class:`lore.config.ModelConfig` left as ``None`` is filled from the
+Every field of :class:`ModelConfig` (a section of :class:`lore.config.RunConfig`) left as ``None`` is filled from the
 chosen preset, so the resolved config of a run lists every dimension it used.
 
 =========  =====  =====  =======  =====  ======  =========  ===================================
@@ -27,8 +27,27 @@ in half an hour on one core.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 
-from lore.config import ConfigError, ModelConfig
+from lore.validation import ConfigError
+
+
+@dataclass
+class ModelConfig:
+    """Network sizes. ``preset`` fills every field left as None (see :mod:`lore.presets`)."""
+
+    preset: str = "xs"
+    deter: int | None = None
+    stoch: int | None = None
+    classes: int | None = None
+    units: int | None = None
+    layers: int | None = None
+    cnn_depth: int | None = None
+    bins: int | None = None
+    value_heads: int | None = None
+    ensemble: int | None = None
+    feature_units: int | None = None
+
 
 PRESETS: dict[str, dict[str, int]] = {
     "debug": dict(deter=32, stoch=4, classes=4, units=32, layers=1, cnn_depth=4, bins=255,

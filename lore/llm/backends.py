@@ -23,8 +23,8 @@ from typing import Any, Protocol
 
 from lore.llm.schema import DEFAULT_MAX_PLAN_LEN, gemini_response_schema
 from lore.llm.scripted import ScriptedAdvisor
+from lore.llm.secrets import API_KEY_ENV, redact  # noqa: F401  (redact: re-exported for callers)
 
-API_KEY_ENV = "GEMINI_API_KEY"
 BACKEND_FAILURES = (
     "timeout", "rate_limited", "server_error", "http_error", "connection_error", "replay_miss",
     "backend_error",
@@ -75,17 +75,6 @@ class LLMConnectionError(LLMError):
 
 class LLMReplayMiss(LLMError):
     kind = "replay_miss"
-
-
-def redact(text: str, secrets: tuple[str, ...] | None = None) -> str:
-    """``text`` with every secret (default: the current ``GEMINI_API_KEY``) replaced by ``***``."""
-    if secrets is None:
-        key = os.environ.get(API_KEY_ENV, "").strip()
-        secrets = (key,) if key else ()
-    for secret in secrets:
-        if secret and len(secret) >= 4:
-            text = text.replace(secret, "***")
-    return text
 
 
 # ----------------------------------------------------------------------------- request / response

@@ -29,7 +29,7 @@ import time
 import urllib.parse
 from pathlib import Path
 
-from lore.llm.backends import redact
+from lore.llm.secrets import redact
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS answers (

@@ -21,7 +21,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from lore.llm.backends import redact
+from lore.llm.secrets import redact
 
 LEDGER_NAME = "llm_calls.jsonl"
 LEDGER_FIELDS = (
