@@ -9,8 +9,8 @@ sheeprl under a constraints file that pins that torch: nothing may pull a multi-
 a dry run checks that before the real install. No torchvision: sheeprl does not need it.
 
 Three agents are built in their own processes, each pinned to one torch thread: LoRe as configured
-by default (3 critic heads on one shared trunk, disagreement ensemble: "full"), the same with each
-head a whole MLP ("separate", the default before), LoRe with 1 critic head and 1 ensemble member ("core") and sheeprl's ``dreamer_v3`` ("peer"), at XS (deter 256, units 256, 1 layer) and S
+by default (3 critic heads, disagreement ensemble: "full"), LoRe with 1 critic head and 1 ensemble
+member ("core") and sheeprl's ``dreamer_v3`` ("peer"), at XS (deter 256, units 256, 1 layer) and S
 (deter 512, units 512, 2 layers), both with 32x32 latents, 255 bins, a 147-d vector observation,
 7 actions, batch 16x64 and imagination from all 1,024 posterior states (horizon 15). The parent
 sends "step" to one process at a time, round-robin with the order rotated every round, so load from
@@ -42,16 +42,15 @@ SIZES = {  # both agents: deter, units (dense/hidden), layers, 32 latents x 32 c
     "xs": {"deter": 256, "units": 256, "layers": 1, "lore_preset": "xs", "peer_algo": "dreamer_v3_XS"},
     "s": {"deter": 512, "units": 512, "layers": 2, "lore_preset": "s", "peer_algo": "dreamer_v3_S"},
 }
-AGENTS = ("full", "separate", "core", "peer")
+AGENTS = ("full", "shared", "core", "peer")
 LORE_AGENTS = AGENTS[:-1]
-"""LoRe's variants, each timed against the peer: defaults (critic heads on one shared trunk), defaults with
-each critic head a whole MLP (``dreamer.critic_trunk=separate``), and the core (1 head, 1 ensemble member)."""
+"""LoRe's variants, each timed against the peer: defaults, defaults with the critic heads on one shared
+trunk (``dreamer.critic_trunk=shared``), and the core (1 head, 1 ensemble member)."""
 
 # Every size difference that remains between the agents once the sizes above are matched.
 DIFFERENCES = [
-    "LoRe full trains 3 output layers (distributional critic heads) on one critic trunk, and keeps a slow copy; "
-    "LoRe separate trains 3 whole critic MLPs (and keeps 3 slow copies); sheeprl and LoRe core train one "
-    "critic and one target copy.",
+    "LoRe full trains 3 distributional critic heads (and keeps 3 slow copies); LoRe shared trains 3 output "
+    "layers on one critic trunk; sheeprl and LoRe core train one critic and one target copy.",
     "LoRe full trains a disagreement ensemble (3 members at XS, 4 at S) of one-step latent predictors "
     "([deter, stoch, action] -> next stoch logits, `units` wide, `layers` deep) beside the world model; LoRe core "
     "keeps 1 member; sheeprl has none.",
@@ -161,7 +160,7 @@ def count(module) -> int:
 
 
 def build_lore(size: str, agent: str, batch: int, length: int):
-    """(update function, parameter counts) of LoRe's agent ``full``, ``separate`` or ``core`` at ``size``."""
+    """(update function, parameter counts) of LoRe's agent ``full`` or ``core`` at ``size``."""
     import gymnasium
     import numpy as np
 
@@ -174,8 +173,8 @@ def build_lore(size: str, agent: str, batch: int, length: int):
                  f"model.bins={BINS}", f"dreamer.horizon={HORIZON}", "dreamer.imag_last=0", "seed=0"]
     if agent == "core":
         overrides += ["model.value_heads=1", "model.ensemble=1"]
-    elif agent == "separate":
-        overrides += ["dreamer.critic_trunk=separate"]
+    elif agent == "shared":
+        overrides += ["dreamer.critic_trunk=shared"]
     cfg = build_config(overrides=overrides)
     space = gymnasium.spaces.Dict({"symbolic": gymnasium.spaces.Box(0.0, 1.0, (OBS_DIM,), np.float32)})
     lore = DreamerAgent(space, ACTIONS, cfg)
@@ -372,9 +371,8 @@ def report(rows: list[dict], meta: dict) -> str:
         f"32x32 latents, imagination from all {meta['batch'] * meta['length']:,} posterior states "
         f"(horizon {HORIZON}). {meta['cpus']} CPUs; {meta['when']}.",
         "",
-        "*full*: LoRe's defaults (3 critic heads as output layers on one shared trunk, disagreement ensemble); "
-        "*separate*: the same with each critic head a whole MLP (`dreamer.critic_trunk=separate`, the default "
-        "before); *core*: LoRe with 1 critic "
+        "*full*: LoRe's defaults (3 critic heads, disagreement ensemble); *shared*: the same with the critic "
+        "heads as output layers on one shared trunk (`dreamer.critic_trunk=shared`); *core*: LoRe with 1 critic "
         "head and 1 ensemble member; *peer*: sheeprl `dreamer_v3` at the same size. Updates run one at a time, "
         f"interleaved ({', '.join(AGENTS)}, order rotated each round), each agent in its own process; ratios are "
         "taken within a round: median (interquartile range) over the rounds.",

@@ -5,8 +5,8 @@
 Builds the agents of ``benchmarks/peer_benchmark.py`` (same sizes, batch and observation; no peer
 needed), runs ``--warmup`` untimed updates, then profiles ``--updates`` updates of each variant on one
 thread and writes, per variant, the operators with the most self CPU time (``key_averages``), so a
-change to the update can be read before / after: ``separate`` is the former default (each critic head a
-whole MLP), ``full`` the current one (heads on one shared trunk), ``core`` one head and one ensemble member.
+change to the update can be read variant against variant: ``full`` is the default (each critic head a whole
+MLP), ``shared`` the heads on one shared trunk, ``core`` one head and one ensemble member.
 
 It is a benchmark, not a test: CI never runs it.
 """
@@ -45,7 +45,7 @@ def profile_agent(size: str, agent: str, updates: int, warmup: int, batch: int, 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size", default="xs", choices=sorted(SIZES))
-    parser.add_argument("--agents", nargs="+", default=["separate", "full", "core"], choices=LORE_AGENTS)
+    parser.add_argument("--agents", nargs="+", default=list(LORE_AGENTS), choices=LORE_AGENTS)
     parser.add_argument("--updates", type=int, default=3, help="profiled updates per variant")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=16)
@@ -63,8 +63,8 @@ def main(argv: list[str] | None = None) -> int:
              f"{args.batch_size}x{args.batch_length}, imagination from every posterior state; {args.updates} "
              f"profiled updates per variant after {args.warmup} untimed; load (1 min) "
              f"{os.getloadavg()[0]:.1f} at the start; {time.strftime('%Y-%m-%d')}.", "",
-             "Variants: *separate* each critic head a whole MLP (the former default), *full* the heads on one "
-             "shared trunk (the default), *core* one critic head and one ensemble member. Times under the "
+             "Variants: *full* the default (each critic head a whole MLP), *shared* the heads on one shared "
+             "trunk (`dreamer.critic_trunk=shared`), *core* one critic head and one ensemble member. Times under the "
              "profiler are longer than without it; compare the variants within this file.", ""]
     for agent in args.agents:
         ms, table = profile_agent(args.size, agent, args.updates, args.warmup, args.batch_size,

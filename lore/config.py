@@ -59,11 +59,12 @@ class DreamerConfig:
     value_bootstrap: float = 0.5
     """Probability that a critic head trains on an imagination start state (bootstrapped heads, so
     their spread measures value uncertainty; 1 = every head on every state, no spread)."""
-    critic_trunk: Literal["separate", "shared"] = "shared"
-    """``shared`` (default): the ``model.value_heads`` critic heads are output layers on one shared MLP trunk
-    (bootstrapped-DQN style, Osband et al. 2016), each head on its own bootstrap sample, at about the cost
-    of one critic; ``separate``: each head is a whole MLP (DreamerV3's single critic, times the heads).
-    Measured (docs/benchmark/peer.md): separate heads are most of what an update costs over the peer's."""
+    critic_trunk: Literal["separate", "shared"] = "separate"
+    """``separate`` (default): each of the ``model.value_heads`` critic heads is a whole MLP; ``shared``: the
+    heads are output layers on one shared MLP trunk (bootstrapped-DQN style, Osband et al. 2016), each on its
+    own bootstrap sample, at about the cost of one critic. Measured: shared is 0.67x / 0.82x of the peer's
+    update at XS / S against 1.08x / 1.30x for separate (docs/benchmark/peer.md), but it lowered the AUC of
+    `full` on DoorKey (docs/benchmark/critic_shared/comparison.md), so it is not the default."""
     actor_entropy: float = 3e-4
     free_bits: float = 1.0
     kl_dyn: float = 0.5

@@ -278,18 +278,20 @@ def test_the_not_below_target_reads_the_difference_ci_and_prints_the_stricter_re
     assert diff == pytest.approx(sum(full) / 5 - sum(kl) / 5, abs=5e-4)
 
 
-@pytest.mark.parametrize("overlay, root, added, arms", [
+@pytest.mark.parametrize("overlay, root, added, arms, count", [
     ("gate_three_signals", "bench_gate_three_signals", " --set prior.w_value=1.0 --set prior.w_disagreement=1.0",
-     {"full", "full_adversarial"}),
-    ("critic_separate", "bench_critic_separate", " --set 'dreamer.critic_trunk=\"separate\"'", {"rl_only", "full"}),
+     {"full", "full_adversarial"}, 10),
+    ("critic_shared", "bench_critic_shared", " --set 'dreamer.critic_trunk=\"shared\"'",
+     {"rl_only", "kl", "full", "full_noisy", "full_adversarial"}, 5 * 5 + 4 * 3),
 ])
-def test_an_experiment_overlay_changes_only_its_settings_of_the_benchmark_runs(tmp_path, overlay, root, added, arms):
-    """config/<overlay>.yaml on top of config/benchmark.yaml: 10 DoorKey runs whose commands are the
-    benchmark's own for the same (env, arm, seed) plus the overlay's settings, under their own root."""
+def test_an_experiment_overlay_changes_only_its_settings_of_the_benchmark_runs(tmp_path, overlay, root, added, arms,
+                                                                              count):
+    """config/<overlay>.yaml on top of config/benchmark.yaml: runs whose commands are the benchmark's own for
+    the same (env, arm, seed) plus the overlay's settings, under their own root."""
     proc = run_snakemake(tmp_path, "-n", "-p", "--configfile", str(BENCHMARK), str(CONFIG_DIR / f"{overlay}.yaml"),
                          timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert job_counts(proc.stdout)["train"] == 10
+    assert job_counts(proc.stdout)["train"] == count
     base = run_snakemake(tmp_path, "-n", "-p", configfile=BENCHMARK, timeout=120)
     assert base.returncode == 0, base.stderr[-3000:]
 
@@ -302,7 +304,7 @@ def test_an_experiment_overlay_changes_only_its_settings_of_the_benchmark_runs(t
         return found
 
     runs, bench = commands(proc.stdout, f"results/{root}/"), commands(base.stdout, "results/bench/")
-    assert len(runs) == 10 and {run.split("/")[2] for run in runs} == arms
+    assert len(runs) == count and {run.split("/")[2] for run in runs} == arms
     for run, args in runs.items():
         assert added in args and args.replace(added, "") == bench[run]
     assert f"docs/benchmark/{overlay}/README.md" in _planned_paths(proc.stdout)
