@@ -278,14 +278,17 @@ def test_the_not_below_target_reads_the_difference_ci_and_prints_the_stricter_re
     assert diff == pytest.approx(sum(full) / 5 - sum(kl) / 5, abs=5e-4)
 
 
-@pytest.mark.parametrize("overlay, root, added, arms, count", [
+@pytest.mark.parametrize("overlay, root, added, arms, count, report", [
     ("gate_three_signals", "bench_gate_three_signals", " --set prior.w_value=1.0 --set prior.w_disagreement=1.0",
-     {"full", "full_adversarial"}, 10),
+     {"full", "full_adversarial"}, 10, "docs/benchmark/gate_three_signals"),
     ("critic_shared", "bench_critic_shared", " --set 'dreamer.critic_trunk=\"shared\"'",
-     {"rl_only", "kl", "full", "full_noisy", "full_adversarial"}, 5 * 5 + 4 * 3),
+     {"rl_only", "kl", "full", "full_noisy", "full_adversarial"}, 5 * 5 + 4 * 3, "docs/benchmark/critic_shared"),
+    # not an experiment: a subset of the benchmark's own runs, into the benchmark's own report
+    ("benchmark_main_arms", "bench", "", {"rl_only", "kl", "full", "full_noisy", "full_adversarial"}, 5 * 5,
+     "docs/benchmark"),
 ])
 def test_an_experiment_overlay_changes_only_its_settings_of_the_benchmark_runs(tmp_path, overlay, root, added, arms,
-                                                                              count):
+                                                                              count, report):
     """config/<overlay>.yaml on top of config/benchmark.yaml: runs whose commands are the benchmark's own for
     the same (env, arm, seed) plus the overlay's settings, under their own root."""
     proc = run_snakemake(tmp_path, "-n", "-p", "--configfile", str(BENCHMARK), str(CONFIG_DIR / f"{overlay}.yaml"),
@@ -307,7 +310,7 @@ def test_an_experiment_overlay_changes_only_its_settings_of_the_benchmark_runs(t
     assert len(runs) == count and {run.split("/")[2] for run in runs} == arms
     for run, args in runs.items():
         assert added in args and args.replace(added, "") == bench[run]
-    assert f"docs/benchmark/{overlay}/README.md" in _planned_paths(proc.stdout)
+    assert f"{report}/README.md" in _planned_paths(proc.stdout)
 
 
 def test_gate_signal_separation_reads_the_paired_difference_per_run():
