@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from lore.llm.schema import DEFAULT_MAX_PLAN_LEN, gemini_response_schema
 from lore.llm.scripted import ScriptedAdvisor
-from lore.llm.secrets import API_KEY_ENV, redact  # noqa: F401  (redact: re-exported for callers)
+from lore.llm.secrets import API_KEY_ENV, redact
 
 BACKEND_FAILURES = (
     "timeout", "rate_limited", "server_error", "http_error", "connection_error", "replay_miss",

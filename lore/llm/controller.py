@@ -47,12 +47,12 @@ from lore.llm.backends import (
     BackendResponse,
     LLMError,
     make_backend,
-    redact,
 )
 from lore.llm.cache import AdviceCache, TieredCache, open_cache
 from lore.llm.ledger import LEDGER_NAME, Ledger
 from lore.llm.prompt import build_prompt, default_features_spec, prompt_hash
 from lore.llm.schema import DEFAULT_MAX_PLAN_LEN, VALIDATION_FAILURES, Advice, advice_to_dict, validate_advice
+from lore.llm.secrets import redact
 
 log = logging.getLogger("lore.llm")
 

@@ -87,7 +87,7 @@ def preflight(cfg: RunConfig) -> None:
         except (LLMConfigError, OSError, ValueError) as e:
             raise ConfigError(f"llm.replay_ledger: {e}") from None
     if llm.backend == "gemini":
-        from lore.llm.backends import API_KEY_ENV
+        from lore.llm.secrets import API_KEY_ENV
 
         if not os.environ.get(API_KEY_ENV, "").strip():
             raise ConfigError(f"llm.backend: 'gemini' needs the {API_KEY_ENV} environment variable "
