@@ -42,15 +42,17 @@ SIZES = {  # both agents: deter, units (dense/hidden), layers, 32 latents x 32 c
     "xs": {"deter": 256, "units": 256, "layers": 1, "lore_preset": "xs", "peer_algo": "dreamer_v3_XS"},
     "s": {"deter": 512, "units": 512, "layers": 2, "lore_preset": "s", "peer_algo": "dreamer_v3_S"},
 }
-AGENTS = ("full", "shared", "core", "peer")
+AGENTS = ("full", "lean", "shared", "core", "peer")
 LORE_AGENTS = AGENTS[:-1]
-"""LoRe's variants, each timed against the peer: defaults, defaults with the critic heads on one shared
-trunk (``dreamer.critic_trunk=shared``), and the core (1 head, 1 ensemble member)."""
+"""LoRe's variants, each timed against the peer: defaults, defaults with the uncertainty heads trained on the
+first two imagination steps only (``dreamer.uncertainty_head_steps=2``), defaults with the critic heads on one
+shared trunk (``dreamer.critic_trunk=shared``), and the core (1 head, 1 ensemble member)."""
 
 # Every size difference that remains between the agents once the sizes above are matched.
 DIFFERENCES = [
-    "LoRe full trains 3 distributional critic heads (and keeps 3 slow copies); LoRe shared trains 3 output "
-    "layers on one critic trunk; sheeprl and LoRe core train one critic and one target copy.",
+    "LoRe full trains 3 distributional critic heads (and keeps 3 slow copies); LoRe lean trains the same 3 "
+    "heads, head 0 on every imagined state and heads 1-2 on the first 2 imagination steps only; LoRe shared "
+    "trains 3 output layers on one critic trunk; sheeprl and LoRe core train one critic and one target copy.",
     "LoRe full trains a disagreement ensemble (3 members at XS, 4 at S) of one-step latent predictors "
     "([deter, stoch, action] -> next stoch logits, `units` wide, `layers` deep) beside the world model; LoRe core "
     "keeps 1 member; sheeprl has none.",
@@ -175,6 +177,8 @@ def build_lore(size: str, agent: str, batch: int, length: int):
         overrides += ["model.value_heads=1", "model.ensemble=1"]
     elif agent == "shared":
         overrides += ["dreamer.critic_trunk=shared"]
+    elif agent == "lean":
+        overrides += ["dreamer.uncertainty_head_steps=2"]
     cfg = build_config(overrides=overrides)
     space = gymnasium.spaces.Dict({"symbolic": gymnasium.spaces.Box(0.0, 1.0, (OBS_DIM,), np.float32)})
     lore = DreamerAgent(space, ACTIONS, cfg)
@@ -371,7 +375,9 @@ def report(rows: list[dict], meta: dict) -> str:
         f"32x32 latents, imagination from all {meta['batch'] * meta['length']:,} posterior states "
         f"(horizon {HORIZON}). {meta['cpus']} CPUs; {meta['when']}.",
         "",
-        "*full*: LoRe's defaults (3 critic heads, disagreement ensemble); *shared*: the same with the critic "
+        "*full*: LoRe's defaults (3 critic heads, disagreement ensemble); *lean*: the same with the two "
+        "uncertainty heads trained on the first 2 imagination steps only (`dreamer.uncertainty_head_steps=2`; head "
+        "0 alone bootstraps the returns); *shared*: the same as full with the critic "
         "heads as output layers on one shared trunk (`dreamer.critic_trunk=shared`); *core*: LoRe with 1 critic "
         "head and 1 ensemble member; *peer*: sheeprl `dreamer_v3` at the same size. Updates run one at a time, "
         f"interleaved ({', '.join(AGENTS)}, order rotated each round), each agent in its own process; ratios are "

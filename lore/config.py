@@ -65,6 +65,12 @@ class DreamerConfig:
     own bootstrap sample, at about the cost of one critic. Measured: shared is 0.67x / 0.82x of the peer's
     update at XS / S against 1.08x / 1.30x for separate (docs/benchmark/peer.md), but it lowered the AUC of
     `full` on DoorKey (docs/benchmark/critic_shared/comparison.md), so it is not the default."""
+    uncertainty_head_steps: int = 0
+    """0 (default): every critic head trains on every imagined state and the lambda-returns bootstrap from
+    their mean. n > 0: head 0 alone is DreamerV3's critic (every imagined state, the returns' bootstrap) and
+    the other heads, whose spread is what the gate and the advice trust read, train only on the first n
+    imagination steps (the posterior start states and their successors: where they are read), at about
+    n / (horizon + 1) of a head's cost. Must be <= dreamer.horizon."""
     actor_entropy: float = 3e-4
     free_bits: float = 1.0
     kl_dyn: float = 0.5
@@ -657,6 +663,7 @@ LIMITS: dict[str, Limit] = {
     "dreamer.imag_last": _closed(0, 65_536),          # and <= train.batch_length
     "dreamer.ensemble_scale": _SCALE,
     "dreamer.value_bootstrap": Limit(0.0, 1.0, lo_open=True),
+    "dreamer.uncertainty_head_steps": _closed(0, 1000),  # and <= dreamer.horizon
     "dreamer.actor_entropy": _SCALE,
     "dreamer.free_bits": _closed(0.0, 1e3),           # nats; 32 latents x ln(1024) classes is only 222
     "dreamer.kl_dyn": _SCALE,
@@ -849,6 +856,9 @@ def validate_semantics(cfg: RunConfig) -> None:
         (cfg.dreamer.imag_last <= t.batch_length,
          f"dreamer.imag_last ({cfg.dreamer.imag_last}) must be <= train.batch_length ({t.batch_length}): "
          f"it counts steps of one replayed sequence"),
+        (cfg.dreamer.uncertainty_head_steps <= cfg.dreamer.horizon,
+         f"dreamer.uncertainty_head_steps ({cfg.dreamer.uncertainty_head_steps}) must be <= dreamer.horizon "
+         f"({cfg.dreamer.horizon}): it counts imagination steps"),
         (cfg.dreamer.retnorm_low < cfg.dreamer.retnorm_high,
          f"dreamer.retnorm_low ({cfg.dreamer.retnorm_low:g}) must be < dreamer.retnorm_high "
          f"({cfg.dreamer.retnorm_high:g})"),

@@ -283,6 +283,9 @@ def test_the_not_below_target_reads_the_difference_ci_and_prints_the_stricter_re
      {"full", "full_adversarial"}, 10, "docs/benchmark/gate_three_signals"),
     ("critic_shared", "bench_critic_shared", " --set 'dreamer.critic_trunk=\"shared\"'",
      {"rl_only", "kl", "full", "full_noisy", "full_adversarial"}, 5 * 5 + 4 * 3, "docs/benchmark/critic_shared"),
+    ("uncertainty_heads_lean", "bench_uncertainty_heads_lean", " --set dreamer.uncertainty_head_steps=2",
+     {"rl_only", "kl", "full", "full_adversarial"}, 4 * 5 + 2 * 3,
+     "docs/benchmark/uncertainty_heads_lean"),
     # not an experiment: a subset of the benchmark's own runs, into the benchmark's own report
     ("benchmark_main_arms", "bench", "", {"rl_only", "kl", "full", "full_noisy", "full_adversarial"}, 5 * 5,
      "docs/benchmark"),

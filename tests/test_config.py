@@ -104,6 +104,8 @@ def test_parse_override_parses_yaml_values():
     ("prior.trust_gain=0", "prior.trust_gain"),
     ("prior.trust_decay=1", "trust_decay"),
     ("dreamer.value_bootstrap=0", "dreamer.value_bootstrap"),
+    ("dreamer.uncertainty_head_steps=16", "dreamer.uncertainty_head_steps (16) must be <= dreamer.horizon (15)"),
+    ("dreamer.uncertainty_head_steps=-1", "dreamer.uncertainty_head_steps"),
     ("train.steps=500", "train.prefill (1000) must be < train.steps (500)"),
     ("prior.control_episodes=1", "prior.control_episodes"),
     ("prior.gate_full_at=0", "prior.gate_full_at"),

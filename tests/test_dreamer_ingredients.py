@@ -845,3 +845,66 @@ def test_fused_critic_losses_equal_the_reference_values_and_gradients(with_heads
         (grad_ref,) = torch.autograd.grad(scale_ce * ref[0] + scale_reg * ref[1], logits, retain_graph=True)
         (grad_fused,) = torch.autograd.grad(scale_ce * fused[0] + scale_reg * fused[1], logits, retain_graph=True)
         torch.testing.assert_close(grad_fused, grad_ref)
+
+
+@pytest.mark.parametrize("cls", [networks.EnsembleMLP, networks.HeadsOnTrunk])
+def test_a_slice_of_ensemble_members_equals_those_members_of_the_whole_forward(cls):
+    torch.manual_seed(3)
+    net = cls(4, 12, 16, 2, 9)
+    randomise_(net, 0.3, 4)
+    x = torch.randn(5, 7, 12)
+    whole = net(x)  # [4, 5, 7, 9]
+    for members in (slice(0, 1), slice(1, None), slice(1, 3), slice(None)):
+        torch.testing.assert_close(net(x, members), whole[members])
+    if cls is networks.EnsembleMLP:
+        with pytest.raises(ValueError, match="non-empty contiguous slice"):
+            net(x, slice(0, 4, 2))
+        # the one-hot fast path reads the same member rows
+        dense = torch.cat([torch.randn(6, 4), F.one_hot(torch.randint(0, 4, (6, 2)), 4).float().flatten(-2)], -1)
+        fast = networks.one_hot_features(dense, 4, 4)
+        net = cls(3, 12, 16, 1, 9)
+        randomise_(net, 0.3, 5)
+        torch.testing.assert_close(net(fast, slice(1, None)), net(dense)[1:])
+
+
+def _behaviour(agent, data, seed=0):
+    agent.generator.manual_seed(seed)
+    _, post, _ = agent.wm.loss(data, agent.generator)
+    return agent.behaviour_losses(post, data)
+
+
+def test_uncertainty_heads_train_on_the_first_steps_and_only_head_zero_drives_the_returns():
+    steps = 2
+    agent, data = wm_setup(f"dreamer.uncertainty_head_steps={steps}", "dreamer.value_bootstrap=1.0", seed=4)
+    randomise_(agent.critic, 0.05, 6)
+    agent.slow_critic.load_state_dict(agent.critic.state_dict())
+    _, critic_loss, _, internals = _behaviour(agent, data)
+    feat, returns, weight = internals["feat"].detach(), internals["returns"], internals["weight"]
+    bins = agent.wm.bins
+    with torch.no_grad():
+        main_value = agent.critic.values(feat, slice(0, 1))[0]
+        torch.testing.assert_close(internals["values"], main_value)  # head 0 alone, not the mean of the heads
+        slow = agent.slow_critic.values(feat)
+    main = critic_losses(agent.critic(feat, slice(0, 1))[:, :-1], returns, slow[:1, :-1], weight[:-1], bins)
+    extra = critic_losses(agent.critic(feat[:steps], slice(1, None)), returns[:steps], slow[1:, :steps],
+                          weight[:steps], bins)
+    torch.testing.assert_close(critic_loss["critic"], main[0] + extra[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(critic_loss["slow_reg"], main[1] + extra[1], rtol=1e-5, atol=1e-5)
+    # the other heads change neither the returns nor the value the planner reads
+    with torch.no_grad():
+        for lin in (agent.critic.net.out,):
+            lin.weight[1:] += 1.0
+    _, _, _, again = _behaviour(agent, data)
+    torch.testing.assert_close(again["returns"], returns)
+    latent = feat[0, :8]
+    torch.testing.assert_close(agent.plan_callables()["value"](latent), agent.critic.values(latent, slice(0, 1))[0])
+    # ... but they are still read as the value spread the gate and the trust use
+    assert agent.critic.values(latent).var(0).mean() > 0
+
+
+def test_uncertainty_head_steps_zero_keeps_every_head_on_every_state():
+    agent, data = wm_setup("dreamer.value_bootstrap=1.0", seed=4)
+    randomise_(agent.critic, 0.05, 6)
+    _, _, _, internals = _behaviour(agent, data)
+    with torch.no_grad():
+        torch.testing.assert_close(internals["values"], agent.critic.values(internals["feat"]).mean(0))

@@ -158,7 +158,8 @@ CONFIG_COLUMNS = ("train.steps", "train.train_ratio", "model.preset", "eval.ever
                   "prior.enabled", "prior.gate", "prior.kl_mode", "prior.trust", "prior.align_temperature",
                   "prior.temperature_refit_every", "prior.temperature_min_labels", "prior.dropout",
                   "advisor.accuracy", "dreamer.unimix", "dreamer.retnorm_low", "dreamer.retnorm_high",
-                  "prior.w_entropy", "prior.w_value", "prior.w_disagreement", "dreamer.critic_trunk")
+                  "prior.w_entropy", "prior.w_value", "prior.w_disagreement", "dreamer.critic_trunk",
+                  "dreamer.uncertainty_head_steps")
 """Resolved-config fields copied into the run table (as ``cfg_<section>_<field>``) for the paper's setup text."""
 
 

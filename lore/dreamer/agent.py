@@ -193,7 +193,7 @@ class DreamerAgent:
 
         ``step(latent, action_onehot [N, A])`` is one prior step with a sampled ``stoch`` (drawn from
         the agent's generator); ``reward`` is the reward of the transition into the latent, ``cont``
-        its continue probability, ``value`` the critic ensemble's mean value.
+        its continue probability, ``value`` the critic's value (:meth:`_value_heads`).
         """
         rssm, deter_dim = self.wm.rssm, self.cfg.model.deter
 
@@ -214,9 +214,15 @@ class DreamerAgent:
 
         @torch.no_grad()
         def value(latent: Tensor) -> Tensor:
-            return self.critic.values(latent).mean(0)
+            return self.critic.values(latent, self._value_heads()).mean(0)
 
         return {"step": step, "reward": reward, "cont": cont, "value": value}
+
+    def _value_heads(self) -> slice:
+        """The critic heads whose mean is the value (lambda-returns, planning): all of them, or head 0 alone
+        when the others are uncertainty heads trained on the first imagination steps only."""
+        split = self.cfg.dreamer.uncertainty_head_steps > 0 and self.critic.net.members > 1
+        return slice(0, 1) if split else slice(None)
 
     def _check_obs_keys(self, obs: Mapping) -> list[str]:
         missing = [k for k in self.obs_keys if k not in obs]
@@ -322,14 +328,15 @@ class DreamerAgent:
         # a fraction of the first-layer multiply-adds)
         feat = self.wm.one_hot(dense_feat)
         logits = torch.stack(actor_logits)  # [H, N, A]
+        heads, main = self.critic.net.members, self._value_heads()
         with torch.no_grad():
             rewards = self.wm.reward(feat[1:])  # [H, N]
             continues = (self.wm.continue_head(feat[1:]).squeeze(-1) > 0).float()  # mode, as DreamerV3
             first_cont = 1.0 - data["is_terminal"].reshape(n).float()
             weight = imagination_weights(first_cont, continues, d.gamma)  # [H+1, N]
-            slow_values = self.slow_critic.values(feat[:-1])  # [K, H, N]
+            slow_values = self.slow_critic.values(feat[:-1], main)  # [k, H, N]
 
-        value_logits = self.critic(feat)  # [K, H+1, N, bins]
+        value_logits = self.critic(feat, main)  # [k, H+1, N, bins]
         with torch.no_grad():
             # bootstrap from the current critic (mean over heads), not from the slow copy
             values = twohot_decode(value_logits.detach(), self.wm.bins).mean(0)  # [H+1, N]
@@ -347,9 +354,18 @@ class DreamerAgent:
         loss_prior, prior_metrics = self.prior.actor_loss(
             logits[0], prior_logits, mask, data["llm_confidence"].reshape(n), data["llm_beta"].reshape(n),
             data["llm_source"].reshape(n))
-        head_weight = bootstrap_head_mask(value_logits.shape[0], n, d.value_bootstrap, self.generator, feat.device)
+        split = main != slice(None)
+        head_weight = None if split else bootstrap_head_mask(heads, n, d.value_bootstrap, self.generator, feat.device)
         loss_critic, loss_slow = critic_losses(value_logits[:, :-1], returns, slow_values, weight[:-1], self.wm.bins,
                                                head_weight, fused=True)
+        if split:  # the uncertainty heads: bootstrapped, on the first steps only
+            steps, extra = d.uncertainty_head_steps, slice(1, None)
+            with torch.no_grad():
+                slow_extra = self.slow_critic.values(feat[:steps], extra)  # [K-1, steps, N]
+            extra_weight = bootstrap_head_mask(heads - 1, n, d.value_bootstrap, self.generator, feat.device)
+            ce, reg = critic_losses(self.critic(feat[:steps], extra), returns[:steps], slow_extra, weight[:steps],
+                                    self.wm.bins, extra_weight, fused=True)
+            loss_critic, loss_slow = loss_critic + ce, loss_slow + reg
 
         metrics = {
             "entropy_imag": entropy.item(),
@@ -359,7 +375,7 @@ class DreamerAgent:
             "value_mean": values.mean().item(),
             "advantage_abs_mean": advantage.abs().mean().item(),
             "imag_weight_mean": weight.mean().item(),
-            "loss_slow_reg": loss_slow.item() / value_logits.shape[0],
+            "loss_slow_reg": loss_slow.item() / heads,
         }
         metrics.update({k: float(v) for k, v in prior_metrics.items()})
         if self.prior.wants_advice_values():

@@ -42,11 +42,11 @@ class Critic(nn.Module):
         self.net = net(heads, feat_dim, units, layers, bins.shape[0], out_scale=0.0)
         self.register_buffer("bins", bins.clone(), persistent=False)
 
-    def forward(self, feat: Tensor) -> Tensor:  # [..., F] -> logits [K, ..., bins]
-        return self.net(feat)
+    def forward(self, feat: Tensor, heads: slice = slice(None)) -> Tensor:  # [..., F] -> logits [k, ..., bins]
+        return self.net(feat, heads)
 
-    def values(self, feat: Tensor) -> Tensor:  # [..., F] -> raw values per head [K, ...]
-        return twohot_decode(self.net(feat), self.bins)
+    def values(self, feat: Tensor, heads: slice = slice(None)) -> Tensor:  # [..., F] -> raw values per head [k, ...]
+        return twohot_decode(self.net(feat, heads), self.bins)
 
 
 def make_slow_copy(module: nn.Module) -> nn.Module:

@@ -369,10 +369,10 @@ class EnsembleLinear(nn.Module):
             init_trunc_normal_(self.weight.data[k], in_dim, out_dim, scale)
         self.bias = nn.Parameter(torch.zeros(members, 1, out_dim)) if bias else None
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, members: slice = slice(None)) -> Tensor:  # [k, N, in] -> [k, N, out]
         if self.bias is None:
-            return torch.bmm(x, self.weight)
-        return torch.baddbmm(self.bias, x, self.weight)
+            return torch.bmm(x, self.weight[members])
+        return torch.baddbmm(self.bias[members], x, self.weight[members])
 
 
 class EnsembleNorm(nn.Module):
@@ -383,8 +383,8 @@ class EnsembleNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(members, 1, dim))
         self.bias = nn.Parameter(torch.zeros(members, 1, dim))
 
-    def forward(self, x: Tensor) -> Tensor:
-        return F.layer_norm(x, x.shape[-1:], eps=LN_EPS) * self.weight + self.bias
+    def forward(self, x: Tensor, members: slice = slice(None)) -> Tensor:
+        return F.layer_norm(x, x.shape[-1:], eps=LN_EPS) * self.weight[members] + self.bias[members]
 
 
 class HeadsOnTrunk(nn.Module):
@@ -402,11 +402,11 @@ class HeadsOnTrunk(nn.Module):
         self.trunk = MLP(in_dim, units, layers)
         self.out = EnsembleLinear(members, units, out_dim, scale=out_scale)
 
-    def forward(self, x: Tensor | OneHotFeatures) -> Tensor:
-        lead = x.shape[:-1]
+    def forward(self, x: Tensor | OneHotFeatures, members: slice = slice(None)) -> Tensor:
+        lead, k = x.shape[:-1], len(range(self.members)[members])
         h = self.trunk(x).reshape(1, -1, self.trunk.out_dim)  # [1, N, U]
-        out = self.out(h.expand(self.members, -1, -1))  # [K, N, out]
-        return out.reshape(self.members, *lead, out.shape[-1])
+        out = self.out(h.expand(k, -1, -1), members)  # [k, N, out]
+        return out.reshape(k, *lead, out.shape[-1])
 
 
 class EnsembleMLP(nn.Module):
@@ -429,11 +429,15 @@ class EnsembleMLP(nn.Module):
         self.out = EnsembleLinear(members, units, out_dim, scale=out_scale)
         self.units = units
 
-    def forward(self, x: Tensor | OneHotFeatures) -> Tensor:
-        lead = x.shape[:-1]
-        h = project(x, self.first.weight).reshape(-1, self.members, self.units).transpose(0, 1)  # [K, N, U]
-        h = F.silu(self.first_norm(h))
+    def forward(self, x: Tensor | OneHotFeatures, members: slice = slice(None)) -> Tensor:
+        """[..., in] -> [k, ..., out] for the ``members`` slice (k of them; default all K)."""
+        lead, picked = x.shape[:-1], range(self.members)[members]
+        if picked.step != 1 or len(picked) == 0:
+            raise ValueError(f"members must be a non-empty contiguous slice, got {members}")
+        k, rows = len(picked), slice(picked.start * self.units, picked.stop * self.units)
+        h = project(x, self.first.weight[rows]).reshape(-1, k, self.units).transpose(0, 1)  # [k, N, U]
+        h = F.silu(self.first_norm(h, members))
         for lin, norm in self.hidden:
-            h = F.silu(norm(lin(h)))
-        out = self.out(h)  # [K, N, out]
-        return out.reshape(self.members, *lead, out.shape[-1])
+            h = F.silu(norm(lin(h, members), members))
+        out = self.out(h, members)  # [k, N, out]
+        return out.reshape(k, *lead, out.shape[-1])
