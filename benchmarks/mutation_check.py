@@ -475,9 +475,19 @@ FAST: list[Mutant] = [
       "grad.scatter_add_(-1, index, ((1.0 - above) * c).unsqueeze(-1))", group="fast"),
     M("behavior.fused_weights_swapped", "return (1.0 - above) * lo + above * hi", "return above * lo + (1.0 - above) * hi",
       group="fast"),
-    M("networks.shared_trunk_one_head", "out = self.out(h.expand(self.members, -1, -1))  # [K, N, out]",
-      "out = self.out(h.expand(self.members, -1, -1))[:1].expand(self.members, -1, -1)  # [K, N, out]",
+    M("networks.shared_trunk_one_head", "out = self.out(h.expand(k, -1, -1), members)  # [k, N, out]",
+      "out = self.out(h.expand(k, -1, -1), members)[:1].expand(k, -1, -1)  # [k, N, out]",
       group="fast"),
+    # the uncertainty heads on the first imagination steps (dreamer.uncertainty_head_steps > 0)
+    M("agent.uncertainty_heads_bootstrap_the_returns", "return slice(0, 1) if split else slice(None)",
+      "return slice(None)", group="fast"),
+    M("agent.uncertainty_heads_on_every_step", "steps, extra = d.uncertainty_head_steps, slice(1, None)",
+      "steps, extra = d.horizon, slice(1, None)", group="fast"),
+    M("agent.uncertainty_heads_include_head_zero", "steps, extra = d.uncertainty_head_steps, slice(1, None)",
+      "steps, extra = d.uncertainty_head_steps, slice(0, None)", group="fast"),
+    M("networks.member_slice_first_layer_rows",
+      "k, rows = len(picked), slice(picked.start * self.units, picked.stop * self.units)",
+      "k, rows = len(picked), slice(0, len(picked) * self.units)", group="fast"),
 ]
 
 

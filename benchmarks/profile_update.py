@@ -6,7 +6,8 @@ Builds the agents of ``benchmarks/peer_benchmark.py`` (same sizes, batch and obs
 needed), runs ``--warmup`` untimed updates, then profiles ``--updates`` updates of each variant on one
 thread and writes, per variant, the operators with the most self CPU time (``key_averages``), so a
 change to the update can be read variant against variant: ``full`` is the default (each critic head a whole
-MLP), ``shared`` the heads on one shared trunk, ``core`` one head and one ensemble member.
+MLP), ``lean`` the uncertainty heads on the first imagination steps only, ``shared`` the heads on one shared
+trunk, ``core`` one head and one ensemble member.
 
 It is a benchmark, not a test: CI never runs it.
 """
@@ -63,7 +64,9 @@ def main(argv: list[str] | None = None) -> int:
              f"{args.batch_size}x{args.batch_length}, imagination from every posterior state; {args.updates} "
              f"profiled updates per variant after {args.warmup} untimed; load (1 min) "
              f"{os.getloadavg()[0]:.1f} at the start; {time.strftime('%Y-%m-%d')}.", "",
-             "Variants: *full* the default (each critic head a whole MLP), *shared* the heads on one shared "
+             "Variants: *full* the default (each critic head a whole MLP), *lean* the two uncertainty heads "
+             "trained on the first 2 imagination steps only (`dreamer.uncertainty_head_steps=2`), *shared* the "
+             "heads on one shared "
              "trunk (`dreamer.critic_trunk=shared`), *core* one critic head and one ensemble member. Times under the "
              "profiler are longer than without it; compare the variants within this file.", ""]
     for agent in args.agents:
