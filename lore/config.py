@@ -70,7 +70,10 @@ class DreamerConfig:
     their mean. n > 0: head 0 alone is DreamerV3's critic (every imagined state, the returns' bootstrap) and
     the other heads, whose spread is what the gate and the advice trust read, train only on the first n
     imagination steps (the posterior start states and their successors: where they are read), at about
-    n / (horizon + 1) of a head's cost. Must be <= dreamer.horizon."""
+    n / (horizon + 1) of a head's cost. Must be <= dreamer.horizon. Measured with n = 2: 0.60x / 0.78x of the
+    peer's update at XS / S (docs/benchmark/peer.md), but `full_adversarial`'s AUC fell on DoorKey (-0.040
+    [-0.075, -0.006], n = 5) and LavaGapS5 (n = 3), and `full`'s by -0.060 [-0.133, +0.009]
+    (docs/benchmark/uncertainty_heads_lean/comparison.md), so it is not the default."""
     actor_entropy: float = 3e-4
     free_bits: float = 1.0
     kl_dyn: float = 0.5
