@@ -479,7 +479,7 @@ FAST: list[Mutant] = [
       "out = self.out(h.expand(k, -1, -1), members)[:1].expand(k, -1, -1)  # [k, N, out]",
       group="fast"),
     # the uncertainty heads on the first imagination steps (dreamer.uncertainty_head_steps > 0)
-    M("agent.uncertainty_heads_bootstrap_the_returns", "return slice(0, 1) if split else slice(None)",
+    M("agent.uncertainty_heads_bootstrap_the_returns", "return slice(0, 1) if self._heads_split() else slice(None)",
       "return slice(None)", group="fast"),
     M("agent.uncertainty_heads_on_every_step", "steps, extra = d.uncertainty_head_steps, slice(1, None)",
       "steps, extra = d.horizon, slice(1, None)", group="fast"),

@@ -8,9 +8,10 @@ sheeprl) gets ``torch==2.13.0`` first, so pip takes the CPU wheel on this machin
 sheeprl under a constraints file that pins that torch: nothing may pull a multi-GB CUDA build, and
 a dry run checks that before the real install. No torchvision: sheeprl does not need it.
 
-Three agents are built in their own processes, each pinned to one torch thread: LoRe as configured
-by default (3 critic heads, disagreement ensemble: "full"), LoRe with 1 critic head and 1 ensemble
-member ("core") and sheeprl's ``dreamer_v3`` ("peer"), at XS (deter 256, units 256, 1 layer) and S
+The agents (``AGENTS``) are built in their own processes, each pinned to one torch thread: LoRe as
+configured by default (3 critic heads, disagreement ensemble: "full"), its variants "lean" and "shared"
+(``LORE_AGENTS``), LoRe with 1 critic head and 1 ensemble member ("core") and sheeprl's ``dreamer_v3``
+("peer"), at XS (deter 256, units 256, 1 layer) and S
 (deter 512, units 512, 2 layers), both with 32x32 latents, 255 bins, a 147-d vector observation,
 7 actions, batch 16x64 and imagination from all 1,024 posterior states (horizon 15). The parent
 sends "step" to one process at a time, round-robin with the order rotated every round, so load from
@@ -162,7 +163,7 @@ def count(module) -> int:
 
 
 def build_lore(size: str, agent: str, batch: int, length: int):
-    """(update function, parameter counts) of LoRe's agent ``full`` or ``core`` at ``size``."""
+    """(update function, parameter counts) of LoRe's agent ``agent`` (one of ``LORE_AGENTS``) at ``size``."""
     import gymnasium
     import numpy as np
 

@@ -66,8 +66,7 @@ def main(argv: list[str] | None = None) -> int:
              f"{os.getloadavg()[0]:.1f} at the start; {time.strftime('%Y-%m-%d')}.", "",
              "Variants: *full* the default (each critic head a whole MLP), *lean* the two uncertainty heads "
              "trained on the first 2 imagination steps only (`dreamer.uncertainty_head_steps=2`), *shared* the "
-             "heads on one shared "
-             "trunk (`dreamer.critic_trunk=shared`), *core* one critic head and one ensemble member. Times under the "
+             "heads on one shared trunk (`dreamer.critic_trunk=shared`), *core* one critic head and one ensemble member. Times under the "
              "profiler are longer than without it; compare the variants within this file.", ""]
     for agent in args.agents:
         ms, table = profile_agent(args.size, agent, args.updates, args.warmup, args.batch_size,

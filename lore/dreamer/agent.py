@@ -218,11 +218,13 @@ class DreamerAgent:
 
         return {"step": step, "reward": reward, "cont": cont, "value": value}
 
+    def _heads_split(self) -> bool:
+        """Whether head 0 alone is the critic and the others are uncertainty heads on the first imagination steps."""
+        return self.cfg.dreamer.uncertainty_head_steps > 0 and self.critic.net.members > 1
+
     def _value_heads(self) -> slice:
-        """The critic heads whose mean is the value (lambda-returns, planning): all of them, or head 0 alone
-        when the others are uncertainty heads trained on the first imagination steps only."""
-        split = self.cfg.dreamer.uncertainty_head_steps > 0 and self.critic.net.members > 1
-        return slice(0, 1) if split else slice(None)
+        """The critic heads whose mean is the value (lambda-returns, planning): all of them, or head 0 alone."""
+        return slice(0, 1) if self._heads_split() else slice(None)
 
     def _check_obs_keys(self, obs: Mapping) -> list[str]:
         missing = [k for k in self.obs_keys if k not in obs]
@@ -328,7 +330,7 @@ class DreamerAgent:
         # a fraction of the first-layer multiply-adds)
         feat = self.wm.one_hot(dense_feat)
         logits = torch.stack(actor_logits)  # [H, N, A]
-        heads, main = self.critic.net.members, self._value_heads()
+        heads, split, main = self.critic.net.members, self._heads_split(), self._value_heads()
         with torch.no_grad():
             rewards = self.wm.reward(feat[1:])  # [H, N]
             continues = (self.wm.continue_head(feat[1:]).squeeze(-1) > 0).float()  # mode, as DreamerV3
@@ -354,7 +356,6 @@ class DreamerAgent:
         loss_prior, prior_metrics = self.prior.actor_loss(
             logits[0], prior_logits, mask, data["llm_confidence"].reshape(n), data["llm_beta"].reshape(n),
             data["llm_source"].reshape(n))
-        split = main != slice(None)
         head_weight = None if split else bootstrap_head_mask(heads, n, d.value_bootstrap, self.generator, feat.device)
         loss_critic, loss_slow = critic_losses(value_logits[:, :-1], returns, slow_values, weight[:-1], self.wm.bins,
                                                head_weight, fused=True)
