@@ -208,6 +208,11 @@ class PriorConfig:
     its dead zone)); 0.5 without evidence."""
     trust_dead_zone: float = 1.0
     """Standard errors of the advised-vs-control episode t that count as no evidence (see lore.prior.trust)."""
+    trust_act_evidence: Literal["combined", "returns"] = "combined"
+    """Evidence behind the act-time scale ``min(1, 2 * trust)`` (and how often the LLM is asked).
+    ``combined``: the same trust as the KL absorption (value z-score + dead-zoned episode t).
+    ``returns``: the advised-vs-control episode t alone, harm at face value (no dead zone below 0) and
+    benefit beyond the dead zone; needs ``control_episodes > 0`` (lore.prior.trust.harm_first)."""
     trust_decay: float = 0.99
     """EMA decay of the trust evidence, per update."""
     trust_min_gap: float = 1e-3
@@ -870,6 +875,9 @@ def validate_semantics(cfg: RunConfig) -> None:
          f"({cfg.prior.temperature_max:g})"),
         (cfg.prior.w_entropy + cfg.prior.w_value + cfg.prior.w_disagreement > 0,
          "prior.w_entropy, prior.w_value and prior.w_disagreement are all 0: the uncertainty gate needs one > 0"),
+        (cfg.prior.trust_act_evidence != "returns" or cfg.prior.control_episodes > 0,
+         "prior.trust_act_evidence='returns' needs prior.control_episodes > 0: without control episodes "
+         "there are no returns to compare the advised episodes with"),
         (cfg.plan.elites <= cfg.plan.samples,
          f"plan.elites ({cfg.plan.elites}) must be <= plan.samples ({cfg.plan.samples})"),
         (cfg.llm.backend != "replay" or cfg.llm.replay_ledger, "llm.backend=replay needs llm.replay_ledger"),

@@ -108,11 +108,13 @@ def test_parse_override_parses_yaml_values():
     ("dreamer.uncertainty_head_steps=-1", "dreamer.uncertainty_head_steps"),
     ("train.steps=500", "train.prefill (1000) must be < train.steps (500)"),
     ("prior.control_episodes=1", "prior.control_episodes"),
+    ("prior.trust_act_evidence=returns prior.control_episodes=0", "prior.trust_act_evidence='returns' needs prior"),
+    ("prior.trust_act_evidence=critic", "prior.trust_act_evidence"),
     ("prior.gate_full_at=0", "prior.gate_full_at"),
 ])
 def test_semantic_checks_name_the_new_keys(override, needle):
     with pytest.raises(ConfigError, match=re.escape(needle)):
-        build_config(overrides=[override])
+        build_config(overrides=override.split())
 
 
 @pytest.mark.parametrize("removed", ["prior.tau_low=0", "prior.kappa=4", "prior.temperature_fit_max_entropy=0.8"])

@@ -626,3 +626,53 @@ def test_trust_rarely_absorbs_advice_that_changes_nothing_but_soon_absorbs_advic
     assert sum(w > 0.5 for w in null) / len(null) <= 0.10
     helpful = [max_weight(0.6, 0.05, s) for s in range(200)]
     assert sum(w > 0.8 for w in helpful) / len(helpful) >= 0.90
+
+
+def test_harm_first_counts_harm_at_face_value_and_benefit_beyond_the_dead_zone():
+    from lore.prior.trust import harm_first
+
+    assert harm_first(-0.6, 1.0) == -0.6 and harm_first(-2.5, 1.0) == -2.5
+    assert harm_first(0.7, 1.0) == 0.0 and harm_first(2.5, 1.0) == 1.5 and harm_first(0.0, 1.0) == 0.0
+
+
+def _episodes(layer: PriorLayer, advised: list[float], control: list[float]) -> None:
+    for r in advised:
+        layer.control[0] = False
+        layer.observe_episode(0, r)
+    for r in control:
+        layer.control[0] = True
+        layer.observe_episode(0, r)
+
+
+@pytest.mark.parametrize("evidence", ["combined", "returns"])
+def test_act_time_trust_reads_the_returns_alone_when_asked(evidence):
+    """``returns``: a critic that rates the advice below average does not damp it at act time, while
+    advised episodes that fare worse than control episodes damp it before they are significant;
+    the absorption weight reads the combined trust either way."""
+    gen = torch.Generator().manual_seed(5)
+    cfg = prior_cfg(gate="fixed", beta_max=1.0, trust=True, trust_decay=0.9, control_episodes=0.25,
+                    trust_act_evidence=evidence)
+    layer = PriorLayer(cfg, A, num_envs=1)
+    feed_advice(layer, gen, LLM, "worst")  # the critic says: worse than an average action
+    _episodes(layer, [0.9, 0.0, 0.9, 0.0], [0.9, 0.0, 0.0, 0.9])  # equal returns: t ~ 0 (decay aside)
+    layer.control[0] = False
+    assert abs(layer.metrics()["trust_episode_t"]) < 0.05
+    logits, prior, src = torch.zeros(1, A), one_hot_advice(torch.tensor([0])), torch.tensor([LLM])
+    _, beta = layer.act(logits, prior, torch.ones(1), None, 0, source=src)
+    trust = layer.trust.value("llm")
+    assert trust < 0.2
+    assert float(beta[0]) == pytest.approx(1.0 if evidence == "returns" else 2 * trust, abs=0.05)
+    assert layer.metrics()["trust_act_llm"] == pytest.approx(0.5 if evidence == "returns" else trust, abs=0.03)
+    assert float(layer.absorb_weight(src, 1, torch.device("cpu"))[0]) == 0.0
+
+    # Advised episodes a little worse than control (|t| < the dead zone of 1 SE): no evidence for the
+    # combined trust's episode part, harm at face value for the act-time trust from returns.
+    fresh = PriorLayer(cfg, A, num_envs=1)
+    _episodes(fresh, [0.9, 0.0, 0.0, 0.0, 0.9, 0.0], [0.9, 0.0, 0.9, 0.0])
+    t = fresh.metrics()["trust_episode_t"]
+    assert -1.0 < t < -0.2
+    expected = 1 / (1 + math.exp(-3.0 * t)) if evidence == "returns" else 0.5
+    assert fresh.trust.act_value("llm") == pytest.approx(expected)
+    fresh.control[0] = False  # an advised episode
+    _, beta = fresh.act(logits, prior, torch.ones(1), None, 0, source=src)
+    assert float(beta[0]) == pytest.approx(min(1.0, 2 * expected), rel=1e-5)

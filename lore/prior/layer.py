@@ -11,7 +11,7 @@ At act time (per env)::
 
     beta = beta_max(env_step) * u(s)                 # gate == "uncertainty", u in [0, 1]
     beta = beta_max(env_step)                        # gate == "fixed"
-    beta = beta * min(1, 2 * trust(source))          # prior.trust: uninformed advice (0.5) acts fully
+    beta = beta * min(1, 2 * trust_act(source))      # prior.trust: uninformed advice (0.5) acts fully
     beta = 0 where mask == 0, where beta-dropout fired, in a control episode, or when the prior is disabled
     beta = largest beta' <= beta with KL(pi_mix || pi_wm) <= kl_bound   # kl_mode == "lagrangian"
     logits_mix = logits_wm + beta * stopgrad(prior_logits / T)
@@ -97,7 +97,7 @@ class PriorLayer:
         self.lambda_kl = 0.0
         """Dual variable of the KL Lagrangian (``kl_mode == "lagrangian"``); starts at 0."""
         self.normalisers = [EMANormalizer(cfg.ema_decay) for _ in UNCERTAINTY_KEYS]
-        self.trust = AdviceTrust(cfg.trust_decay, cfg.trust_gain, cfg.trust_dead_zone)
+        self.trust = AdviceTrust(cfg.trust_decay, cfg.trust_gain, cfg.trust_dead_zone, cfg.trust_act_evidence)
         self.control = torch.zeros(self.num_envs, dtype=torch.bool)
         self.last_u: torch.Tensor | None = None
         """u(s) [num_envs] of the latest act step (the controller's trigger reads it, not a recomputation)."""
@@ -177,9 +177,10 @@ class PriorLayer:
         """Per-env multiplier of beta, ``min(1, 2 * trust)`` of each env's advice source (1 without ``prior.trust``).
 
         Uninformed advice (trust 0.5) acts at full strength, so good advice can lead the agent to the
-        reward that produces the evidence; advice the critic rates below average fades out.
+        reward that produces the evidence; advice with evidence of harm fades out
+        (``prior.trust_act_evidence`` says which evidence, :meth:`AdviceTrust.act_value`).
         """
-        return (2.0 * self._trust_per_row(source, batch, device)).clamp(max=1.0)
+        return (2.0 * self._trust_per_row(source, batch, device, act=True)).clamp(max=1.0)
 
     def absorb_weight(self, source: torch.Tensor | None, rows: int, device: torch.device) -> torch.Tensor:
         """Per-row weight of the KL absorption term: ``clip(2 * trust - 1, 0, 1)`` (1 without ``prior.trust``).
@@ -193,11 +194,13 @@ class PriorLayer:
         """
         return (2.0 * self._trust_per_row(source, rows, device) - 1.0).clamp(0.0, 1.0)
 
-    def _trust_per_row(self, source: torch.Tensor | None, rows: int, device: torch.device) -> torch.Tensor:
+    def _trust_per_row(self, source: torch.Tensor | None, rows: int, device: torch.device,
+                       act: bool = False) -> torch.Tensor:
         """Trust of each row's advice source ``[rows]``; 1 (fully trusted) without ``prior.trust`` or a source."""
         if not self.cfg.trust or source is None:
             return torch.ones(rows, device=device)
-        return self.trust.values_for(torch.as_tensor(source, device=device).reshape(-1)).to(device)
+        codes = torch.as_tensor(source, device=device).reshape(-1)
+        return self.trust.values_for(codes, act=act).to(device)
 
     def act(self, logits_wm: torch.Tensor, prior_logits: torch.Tensor | None, mask: torch.Tensor,
             u: Mapping[str, torch.Tensor] | None, env_step: int,

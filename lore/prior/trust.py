@@ -106,6 +106,18 @@ def dead_zone(t: float, width: float) -> float:
     return math.copysign(max(abs(t) - width, 0.0), t)
 
 
+def harm_first(t: float, width: float) -> float:
+    """``t`` below 0, ``dead_zone(t, width)`` above: harm counts at face value, benefit needs ``width`` SEs.
+
+    For acting on advice the two errors are not symmetric. Damping advice that is in truth neutral costs
+    nothing and damping good advice for a while costs some of its lead, but acting on harmful advice until
+    it is significantly worse fills replay with its failures: measured on LavaGapS5, the adversary's episode
+    t sat at -0.6 to -1.9 at 1.5k env steps, inside the dead zone in 2 of 3 runs, while it walked the
+    agent into the lava.
+    """
+    return t if t < 0 else dead_zone(t, width)
+
+
 class EpisodeComparison:
     """Returns of advised vs control episodes: decayed sums, pooled-variance t-statistic."""
 
@@ -150,7 +162,7 @@ class EpisodeComparison:
 class AdviceTrust:
     """Bias-corrected EMA of the batch-mean value z-score, one per advice source."""
 
-    def __init__(self, decay: float, gain: float, episode_dead_zone: float = 1.0):
+    def __init__(self, decay: float, gain: float, episode_dead_zone: float = 1.0, act_evidence: str = "combined"):
         if not 0.0 <= decay < 1.0:
             raise ValueError(f"prior.trust_decay must be in [0, 1), got {decay}")
         if not gain > 0:
@@ -160,6 +172,9 @@ class AdviceTrust:
         if not 0.0 <= episode_dead_zone < math.inf:
             raise ValueError(f"prior.trust_dead_zone must be finite and >= 0, got {episode_dead_zone}")
         self.episode_dead_zone = float(episode_dead_zone)
+        if act_evidence not in ("combined", "returns"):
+            raise ValueError(f"prior.trust_act_evidence must be combined|returns, got {act_evidence!r}")
+        self.act_evidence = act_evidence
         self._ema = {name: 0.0 for name in ADVICE_SOURCES}
         self._count = {name: 0 for name in ADVICE_SOURCES}
         self._last_z = {name: math.nan for name in ADVICE_SOURCES}
@@ -197,15 +212,33 @@ class AdviceTrust:
         """Trust in ``[0, 1]`` of one source (0.5 before any evidence)."""
         return trust_from_evidence(self.evidence(name), self.gain)
 
-    def values_for(self, codes: torch.Tensor) -> torch.Tensor:
-        """Trust per row for source codes ``[B]`` (rows without advice, code 0, get 1: nothing to scale)."""
-        table = torch.tensor([1.0] + [self.value(n) for n in ADVICE_SOURCES], dtype=torch.float32)
+    def act_value(self, name: str) -> float:
+        """Trust that scales how strongly (and how often) advice of one source acts.
+
+        ``combined``: :meth:`value`. ``returns``: the realised-return comparison alone through
+        :func:`harm_first`. The critic's one-step ranking is left to the absorption: measured on
+        LavaGapS5 it rated the *good* advisor below an average action (value z -0.3 to -0.8 after 2k env
+        steps in 3 of 3 runs; stepping beside lava looks risky to a young model, turning in place does
+        not), while the episode t was positive for it and negative for the adversary in both environments.
+        """
+        if self.act_evidence == "combined":
+            return self.value(name)
+        return trust_from_evidence(harm_first(self.episodes.t_statistic(), self.episode_dead_zone), self.gain)
+
+    def values_for(self, codes: torch.Tensor, act: bool = False) -> torch.Tensor:
+        """Trust per row for source codes ``[B]`` (rows without advice, code 0, get 1: nothing to scale).
+
+        ``act``: the act-time trust (:meth:`act_value`) instead of the absorption trust (:meth:`value`).
+        """
+        trust_of = self.act_value if act else self.value
+        table = torch.tensor([1.0] + [trust_of(n) for n in ADVICE_SOURCES], dtype=torch.float32)
         return table[codes.long().clamp(0, len(ADVICE_SOURCES)).cpu()].to(codes.device)
 
     def metrics(self) -> dict[str, float]:
         out = {}
         for name in ADVICE_SOURCES:
             out[f"trust_{name}"] = self.value(name)
+            out[f"trust_act_{name}"] = self.act_value(name)
             out[f"trust_z_{name}"] = self._last_z[name]
         out["trust_episode_t"] = self.episodes.t_statistic()
         return out

@@ -154,11 +154,12 @@ class LLMBridge:
     # ------------------------------------------------------------------ after acting
     def gate_values(self) -> np.ndarray:
         """The controller's trigger per env, in [0, 1]: state uncertainty u(s) of this act step times the
-        trust in the LLM's answers (asking is worth its cost only where the agent is unsure and the answers help)."""
+        act-time trust in the LLM's answers (asking is worth its cost only where the agent is unsure and the
+        answers would act)."""
         layer = self.agent.prior
         u = layer.last_u
         if self.cfg.prior.trust:
-            u = u * layer.trust.value("llm")
+            u = u * layer.trust.act_value("llm")
         return u.numpy()
 
     def after_act(self, env_step: int, out, actions: np.ndarray, beta: np.ndarray, prefill: bool) -> None:
