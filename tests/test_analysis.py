@@ -522,3 +522,13 @@ def test_signed_differences_print_a_minus_sign():
     from lore.analysis.latex import fmt_signed
 
     assert (fmt_signed(0.5), fmt_signed(-0.25), fmt_signed(-0.001)) == ("+0.50", "$-$0.25", "0.00")
+
+
+def test_act_time_trust_gets_a_figure_row_only_where_it_is_not_the_absorption_trust():
+    from lore.analysis.figures import act_trust_differs
+
+    same = pd.DataFrame({"trust_llm": [0.5, 0.3], "trust_act_llm": [0.5, 0.3]})
+    assert not act_trust_differs(same)
+    assert act_trust_differs(same.assign(trust_act_llm=[0.5, 0.1]))
+    assert not act_trust_differs(same.drop(columns="trust_act_llm"))  # runs from before the column existed
+    assert not act_trust_differs(pd.DataFrame({"trust_llm": [None], "trust_act_llm": [None]}, dtype=float))

@@ -83,7 +83,7 @@ def run_metrics(run: Run, settings: AnalysisSettings) -> dict[str, float]:
 TRAIN_TAIL_FRACTION = 0.25
 """``train_sr_final``: success rate of the training episodes ending in this last share of a run's steps."""
 
-PRIOR_LAST = ("trust_llm", "trust_plan", "temperature_refits", "temperature_refits_at_bound")
+PRIOR_LAST = ("trust_llm", "trust_act_llm", "trust_plan", "temperature_refits", "temperature_refits_at_bound")
 PRIOR_MEAN = ("beta_mean", "prior_mask_frac", "kl_mix_wm", "kl_mix_wm_train", "beta_disagree", "beta_agree", "u_entropy_frac_disagree",
               "u_entropy_frac_agree", "u_value_ratio_disagree", "u_value_ratio_agree",
               "u_disagreement_ratio_disagree", "u_disagreement_ratio_agree")

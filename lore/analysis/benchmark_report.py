@@ -114,6 +114,7 @@ def arm_table(summary: pd.DataFrame, env: str, budgets: tuple[int, ...]) -> list
 
 PRIOR_COLUMNS = {
     "trust LLM / plan (last)": ("trust_llm_last", "trust_plan_last", "{:.2f} / {:.2f}"),
+    "act-time trust LLM (last)": ("trust_act_llm_last", None, "{:.2f}"),
     "β advised: disagree / agree": ("beta_disagree_avg", "beta_agree_avg", "{:.2f} / {:.2f}"),
     "entropy part d / a": ("u_entropy_frac_disagree_avg", "u_entropy_frac_agree_avg", "{:.2f} / {:.2f}"),
     "value part d / a": ("u_value_ratio_disagree_avg", "u_value_ratio_agree_avg", "{:.2f} / {:.2f}"),

@@ -269,7 +269,17 @@ def call_density(calls: pd.DataFrame, last_step: float, bin_steps: float) -> tup
 PRIOR_DYNAMICS_ROWS = (
     ("beta_mean", r"mixing weight $\beta$"),
     ("trust_llm", "advice trust (LLM)"),
+    ("trust_act_llm", "act-time trust (LLM)"),
 )
+TRUST_COLUMNS = ("trust_llm", "trust_act_llm")
+
+
+def act_trust_differs(metrics: pd.DataFrame) -> bool:
+    """Whether any run acted on a trust other than the absorption's (``prior.trust_act_evidence: returns``)."""
+    if "trust_act_llm" not in metrics or "trust_llm" not in metrics:
+        return False
+    both = metrics[["trust_llm", "trust_act_llm"]].dropna()
+    return bool(len(both)) and bool((both["trust_llm"] - both["trust_act_llm"]).abs().max() > 1e-9)
 
 
 def plot_prior_dynamics(runs: list[Run], settings: AnalysisSettings, out_dir: Path) -> list[Path]:
@@ -278,7 +288,9 @@ def plot_prior_dynamics(runs: list[Run], settings: AnalysisSettings, out_dir: Pa
     plt = _pyplot()
     metrics = tidy(runs, "metrics")
     envs = sorted({r.env for r in runs})
-    rows = len(PRIOR_DYNAMICS_ROWS) + 1
+    # the act-time trust gets a row only where it is not the absorption's trust
+    dyn_rows = [row for row in PRIOR_DYNAMICS_ROWS if row[0] != "trust_act_llm" or act_trust_differs(metrics)]
+    rows = len(dyn_rows) + 1
     ncol = max(1, len(envs))
     fig, axes = plt.subplots(rows, ncol, figsize=(TEXT_WIDTH_IN, 1.45 * rows + 0.6), squeeze=False, sharex="col")
     with_beta = set(metrics.loc[metrics["beta_mean"].notna(), "ablation"]) if "beta_mean" in metrics else set()
@@ -299,9 +311,9 @@ def plot_prior_dynamics(runs: list[Run], settings: AnalysisSettings, out_dir: Pa
         for ablation in _focus(candidates):
             label = ablation
             data = metrics[(metrics["env"] == env) & (metrics["ablation"] == ablation)]
-            for row, (column, _) in enumerate(PRIOR_DYNAMICS_ROWS):
+            for row, (column, _) in enumerate(dyn_rows):
                 # trust is drawn only for arms that use it (others log a constant 0.5)
-                uses = column != "trust_llm" or ablation_uses_trust(data)
+                uses = column not in TRUST_COLUMNS or ablation_uses_trust(data)
                 if uses and column in data and data[column].notna().any():
                     _curve(axes[row, col], data, column, colors[ablation], settings, label)
             densities = []
@@ -314,11 +326,12 @@ def plot_prior_dynamics(runs: list[Run], settings: AnalysisSettings, out_dir: Pa
                 ax_calls.fill_between(centres, low, high, color=colors[ablation], alpha=0.15, lw=0, step="mid")
         focus_counts = {k: v for k, v in counts.items() if k[1] in _focus(candidates)}
         axes[0, col].set_title(f"{env_label(env)} ({seeds_text(focus_counts, env)})")
-        for row, (_, label) in enumerate(PRIOR_DYNAMICS_ROWS):
+        for row, (column, label) in enumerate(dyn_rows):
             if col == 0:
                 axes[row, col].set_ylabel(label)
-        axes[1, col].axhline(0.5, color="0.6", lw=0.8, ls=":")  # uninformed trust
-        axes[1, col].set_ylim(-0.02, 1.02)
+            if column in TRUST_COLUMNS:
+                axes[row, col].axhline(0.5, color="0.6", lw=0.8, ls=":")  # uninformed trust
+                axes[row, col].set_ylim(-0.02, 1.02)
         if col == 0:
             ax_calls.set_ylabel(f"API calls / {fmt_steps(CALL_DENSITY_STEPS)} steps")
         _steps_axis(ax_calls)
