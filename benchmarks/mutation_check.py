@@ -63,6 +63,8 @@ FILES = {
     "agent": "lore/dreamer/agent.py",
     "config": "lore/config.py",
     "presets": "lore/presets.py",
+    "trust": "lore/prior/trust.py",
+    "layer": "lore/prior/layer.py",
 }
 
 
@@ -73,7 +75,8 @@ class Mutant:
     old: str           # exact source snippet ...
     new: str           # ... and its replacement
     occurrence: int = 0  # 0: ``old`` must occur exactly once; k >= 1: replace the k-th occurrence
-    group: str = "main"  # "main": the issue-13 list; "heldout": written after the tests (see HELDOUT); "fast": FAST
+    group: str = "main"  # "main": the issue-13 list; "heldout": written after the tests (see HELDOUT); "fast": FAST;
+    # "prior": PRIOR
 
     def apply(self, text: str) -> str:
         count = text.count(self.old)
@@ -491,6 +494,49 @@ FAST: list[Mutant] = [
 ]
 
 
+# The advice trust (issue 9): its maths in lore/prior/trust.py and where PriorLayer applies it. Written after
+# the trust tests; run against the same test files (test_trust_gate.py holds the trust tests).
+PRIOR: list[Mutant] = [
+    M("trust.value_z_sign", "return ((advised - mean) / (std + min_gap))", "return ((mean - advised) / (std + min_gap))",
+      group="prior"),
+    M("trust.value_z_no_floor", "return ((advised - mean) / (std + min_gap))",
+      "return ((advised - mean) / (std + 1e-12))", group="prior"),
+    M("trust.best_action_not_unanimous", "return best, unanimous & (top2[:, 0] - top2[:, 1] > min_gap)",
+      "return best, (top2[:, 0] - top2[:, 1] > min_gap)", group="prior"),
+    M("trust.best_action_no_margin", "return best, unanimous & (top2[:, 0] - top2[:, 1] > min_gap)",
+      "return best, unanimous", group="prior"),
+    M("trust.no_gain", "x = max(min(gain * mean_z, 60.0), -60.0)", "x = max(min(mean_z, 60.0), -60.0)", group="prior"),
+    M("trust.no_dead_zone", "return math.copysign(max(abs(t) - width, 0.0), t)", "return t", group="prior"),
+    M("trust.harm_first_symmetric", "return t if t < 0 else dead_zone(t, width)", "return dead_zone(t, width)",
+      group="prior"),
+    M("trust.harm_first_no_dead_zone", "return t if t < 0 else dead_zone(t, width)", "return t", group="prior"),
+    M("trust.pooled_variance_drops_control",
+      "within = max(qa - wa * ma * ma, 0.0) + max(qc - wc * mc * mc, 0.0)", "within = max(qa - wa * ma * ma, 0.0)",
+      group="prior"),
+    M("trust.no_minimum_episodes", "if min(wa, wc) < self.min_episodes - 1e-6:", "if min(wa, wc) < 1e-6:",
+      group="prior"),
+    M("trust.episodes_all_advised", 'if name == ("control" if control else "advised"):', 'if name == "advised":',
+      group="prior"),
+    M("trust.ema_not_bias_corrected", "return self._ema[name] / (1.0 - self.decay ** count)",
+      "return self._ema[name]", group="prior"),
+    M("trust.episode_evidence_ignored",
+      "return self.mean_z(name) + dead_zone(self.episodes.t_statistic(), self.episode_dead_zone)",
+      "return self.mean_z(name)", group="prior"),
+    M("trust.act_value_always_combined", 'if self.act_evidence == "combined":', "if True:", group="prior"),
+    M("trust.act_rows_read_absorption_trust", "trust_of = self.act_value if act else self.value",
+      "trust_of = self.value", group="prior"),
+    M("trust.rows_without_advice_scaled", "table = torch.tensor([1.0] + [trust_of(n) for n in ADVICE_SOURCES]",
+      "table = torch.tensor([0.5] + [trust_of(n) for n in ADVICE_SOURCES]", group="prior"),
+    M("layer.trust_scale_unclamped", "return (2.0 * self._trust_per_row(source, batch, device, act=True)).clamp(max=1.0)",
+      "return 2.0 * self._trust_per_row(source, batch, device, act=True)", group="prior"),
+    M("layer.trust_scale_reads_absorption_trust",
+      "return (2.0 * self._trust_per_row(source, batch, device, act=True)).clamp(max=1.0)",
+      "return (2.0 * self._trust_per_row(source, batch, device)).clamp(max=1.0)", group="prior"),
+    M("layer.absorb_uninformed_advice", "return (2.0 * self._trust_per_row(source, rows, device) - 1.0).clamp(0.0, 1.0)",
+      "return (2.0 * self._trust_per_row(source, rows, device)).clamp(0.0, 1.0)", group="prior"),
+]
+
+
 # --------------------------------------------------------------------------- running
 
 PRELOAD = ("torch", "numpy", "gymnasium", "yaml", "tqdm", "tensordict", "pytest", "_pytest.assertion.rewrite")
@@ -701,7 +747,7 @@ def summarise(results: list[Result]) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", nargs="*", default=None, help="run mutants whose name contains any of these")
-    parser.add_argument("--group", choices=("main", "heldout", "fast", "all"), default="all",
+    parser.add_argument("--group", choices=("main", "heldout", "fast", "prior", "all"), default="all",
                         help="main: the issue-13 list; heldout: mutants written after the tests; all: both")
     parser.add_argument("--list", action="store_true", help="list the mutants, validate the snippets and exit")
     parser.add_argument("--tests", nargs="*", default=list(DEFAULT_TESTS), help="test files to run per mutant")
@@ -713,7 +759,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-v", "--verbose", action="store_true", help="show the first failing test per mutant")
     args = parser.parse_args(argv)
 
-    pool = {"main": MUTANTS, "heldout": HELDOUT, "fast": FAST, "all": MUTANTS + HELDOUT + FAST}[args.group]
+    pool = {"main": MUTANTS, "heldout": HELDOUT, "fast": FAST, "prior": PRIOR,
+            "all": MUTANTS + HELDOUT + FAST + PRIOR}[args.group]
     mutants = pool if not args.only else [m for m in pool if any(s in m.name for s in args.only)]
     problems = validate(mutants)
     if args.list:
