@@ -1,6 +1,6 @@
 """The LLM-prior benchmark (README Figure 1, docs/benchmark/): the workflow run on config/benchmark.yaml.
 
-    .venv/bin/python benchmarks/prior_benchmark.py          # ~2.8 h on 2 idle cores; resumes
+    .venv/bin/python benchmarks/prior_benchmark.py          # ~3.2 h on 2 idle cores; resumes
     .venv/bin/python benchmarks/prior_benchmark.py -n       # what would run (other flags go to snakemake)
 
 is ``snakemake --cores 2 --configfile config/benchmark.yaml --profile workflow/profiles/default`` run in
