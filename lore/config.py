@@ -212,7 +212,8 @@ class PriorConfig:
     """Evidence behind the act-time scale ``min(1, 2 * trust)`` (and how often the LLM is asked).
     ``combined``: the same trust as the KL absorption (value z-score + dead-zoned episode t).
     ``returns``: the advised-vs-control episode t alone, harm at face value (no dead zone below 0) and
-    benefit beyond the dead zone; needs ``control_episodes > 0`` (lore.prior.trust.harm_first)."""
+    benefit beyond the dead zone; needs ``control_episodes > 0`` (lore.prior.trust.harm_first). Measured
+    with no effect on learning beyond noise (docs/benchmark/trust_act_returns/comparison.md)."""
     trust_decay: float = 0.99
     """EMA decay of the trust evidence, per update."""
     trust_min_gap: float = 1e-3

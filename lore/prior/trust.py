@@ -220,6 +220,8 @@ class AdviceTrust:
         LavaGapS5 it rated the *good* advisor below an average action (value z -0.3 to -0.8 after 2k env
         steps in 3 of 3 runs; stepping beside lava looks risky to a young model, turning in place does
         not), while the episode t was positive for it and negative for the adversary in both environments.
+        Measured as an overlay (config/trust_act_returns.yaml, n = 5): it detects the adversary on LavaGapS5
+        earlier but changes no arm's learning curve beyond noise, so ``combined`` stays the default.
         """
         if self.act_evidence == "combined":
             return self.value(name)
