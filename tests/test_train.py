@@ -238,3 +238,22 @@ def test_episodes_side_by_side_score_like_episodes_one_after_another():
     assert results[0] == results[1] == results[2]
     assert 0.0 < results[0]["success_rate"] < 1.0 and results[0]["length_mean"] < 30  # episodes differ in length
     assert hooks[0] == hooks[1] == hooks[2] == sorted([("reset", k) for k in range(6)] + [("end", k) for k in range(6)])
+
+
+def test_features_arm_stops_asking_once_its_feature_program_runs(tmp_path):
+    """The ``features`` arm reads only the LLM's feature code: after one program is adopted, no more calls
+    (with a cooldown of 5 steps the controller would otherwise ask ~30 times in this run)."""
+    import json as _json
+
+    run = tmp_path / "run"
+    train(tiny_cfg("llm.controller.cooldown=5", "llm.controller.cooldown_after_success=5", ablation="features"),
+          run, show_progress=False)
+    calls = [_json.loads(line) for line in (run / "llm_calls.jsonl").read_text().splitlines() if line.strip()]
+    assert len(calls) == 1 and calls[0]["ok"] and "features_code" in calls[0]["answer"]
+    metrics = pd.read_csv(run / "metrics.csv")
+    assert metrics["feature_program_adopted"].dropna().iloc[-1] == 1.0
+    # with the prior on, the same controller keeps asking: the advice is what acts
+    full = tmp_path / "full"
+    train(tiny_cfg("llm.controller.cooldown=5", "llm.controller.cooldown_after_success=5", ablation="full"),
+          full, show_progress=False)
+    assert len((full / "llm_calls.jsonl").read_text().splitlines()) > 3

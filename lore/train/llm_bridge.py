@@ -152,6 +152,15 @@ class LLMBridge:
         self.feature_code_id = None
 
     # ------------------------------------------------------------------ after acting
+    def advice_used(self) -> bool:
+        """Whether anything acts on the advice itself (mixing, the plan, PriorNet's distillation).
+
+        Without, the LLM is asked only for feature code (the ``features`` arm): measured on the benchmark, that
+        arm otherwise kept asking for advice nobody read, 30-38 calls per 10k env steps after its program ran.
+        """
+        c = self.cfg
+        return c.prior.enabled or c.plan.enabled or c.distill.enabled
+
     def gate_values(self) -> np.ndarray:
         """The controller's trigger per env, in [0, 1]: state uncertainty u(s) of this act step times the
         act-time trust in the LLM's answers (asking is worth its cost only where the agent is unsure and the
@@ -172,6 +181,8 @@ class LLMBridge:
             self._compare_fresh_answers(out)
         if prefill:
             return  # random prefill actions: advice would be wasted budget
+        if not self.advice_used() and self.feature_code is not None:
+            return  # only the feature program was wanted, and one is running
         from lore.llm.controller import EnvQuery
 
         gate = self.gate_values()
