@@ -287,6 +287,8 @@ def test_the_not_below_target_reads_the_difference_ci_and_prints_the_stricter_re
     ("uncertainty_heads_lean", "bench_uncertainty_heads_lean", " --set dreamer.uncertainty_head_steps=2",
      {"rl_only", "kl", "full", "full_adversarial"}, 4 * 5 + 2 * 3,
      "docs/benchmark/uncertainty_heads_lean"),
+    ("trust_act_returns", "bench_trust_act_returns", " --set 'prior.trust_act_evidence=\"returns\"'",
+     {"full", "full_adversarial", "full_noisy"}, 2 * 5 + 3 * 5, "docs/benchmark/trust_act_returns"),
     # not an experiment: a subset of the benchmark's own runs, into the benchmark's own report
     ("benchmark_main_arms", "bench", "", {"rl_only", "kl", "full", "full_noisy", "full_adversarial"}, 5 * 5,
      "docs/benchmark"),
