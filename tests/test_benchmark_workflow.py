@@ -289,6 +289,8 @@ def test_the_not_below_target_reads_the_difference_ci_and_prints_the_stricter_re
      "docs/benchmark/uncertainty_heads_lean"),
     ("trust_act_returns", "bench_trust_act_returns", " --set 'prior.trust_act_evidence=\"returns\"'",
      {"full", "full_adversarial", "full_noisy"}, 2 * 5 + 3 * 5, "docs/benchmark/trust_act_returns"),
+    ("control_half", "bench_control_half", " --set prior.control_episodes=0.5",
+     {"full", "full_adversarial"}, 2 * 5, "docs/benchmark/control_half"),
     # not an experiment: a subset of the benchmark's own runs, into the benchmark's own report
     ("benchmark_main_arms", "bench", "", {"rl_only", "kl", "full", "full_noisy", "full_adversarial"}, 5 * 5,
      "docs/benchmark"),
