@@ -50,6 +50,14 @@ def welch_t(cmp: EpisodeComparison) -> float:
     return (ma - mc) / math.sqrt(va / wa + vc / wc + cmp.min_gap ** 2)
 
 
+def observe_episode(trust: AdviceTrust, rng: random.Random, p_advised: float, p_control: float,
+                    control: float) -> None:
+    """Draw one episode (control with prob ``control``; success, return 0.9, with its group's probability)."""
+    is_control = rng.random() < control
+    p = p_control if is_control else p_advised
+    trust.episodes.observe(0.9 if rng.random() < p else 0.0, is_control)
+
+
 def simulate(rule: str, p_advised: float, p_control: float, episodes: int, seed: int, control: float,
              cfg: PriorConfig) -> list[float]:
     """Absorption weight after every episode of one simulated run."""
@@ -57,9 +65,7 @@ def simulate(rule: str, p_advised: float, p_control: float, episodes: int, seed:
     trust = AdviceTrust(cfg.trust_decay, cfg.trust_gain, cfg.trust_dead_zone)
     weights = []
     for _ in range(episodes):
-        is_control = rng.random() < control
-        p = p_control if is_control else p_advised
-        trust.episodes.observe(0.9 if rng.random() < p else 0.0, is_control)
+        observe_episode(trust, rng, p_advised, p_control, control)
         tau = trust.value("llm") if rule == "current" else trust_from_evidence(welch_t(trust.episodes), cfg.trust_gain)
         weights.append(min(max(2.0 * tau - 1.0, 0.0), 1.0))
     return weights
@@ -73,9 +79,7 @@ def act_scales(evidence: str, p_advised: float, p_control: float, episodes: int,
     scales = []
     for _ in range(episodes):
         scales.append(min(1.0, 2.0 * trust.act_value("llm")))
-        is_control = rng.random() < control
-        p = p_control if is_control else p_advised
-        trust.episodes.observe(0.9 if rng.random() < p else 0.0, is_control)
+        observe_episode(trust, rng, p_advised, p_control, control)
     return scales
 
 
