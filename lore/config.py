@@ -214,6 +214,12 @@ class PriorConfig:
     ``returns``: the advised-vs-control episode t alone, harm at face value (no dead zone below 0) and
     benefit beyond the dead zone; needs ``control_episodes > 0`` (lore.prior.trust.harm_first). Measured
     with no effect on learning beyond noise (docs/benchmark/trust_act_returns/comparison.md)."""
+    trust_act_floor: float = 0.0
+    """Act-time trust below which advice stops acting: beta scales by clip((trust - floor) / (0.5 - floor), 0, 1)
+    (lore.prior.trust.act_scale); 0 = min(1, 2 * trust)."""
+    trust_failures: bool = False
+    """Count failures (episodes the env ended on a step without positive reward: the lava, a death) of
+    advised vs control episodes as harm evidence (lore.prior.trust.EpisodeComparison); needs control episodes."""
     trust_decay: float = 0.99
     """EMA decay of the trust evidence, per update."""
     trust_min_gap: float = 1e-3
@@ -726,6 +732,7 @@ LIMITS: dict[str, Limit] = {
     "prior.trust_gain": _POSITIVE,
     "prior.trust_decay": _DECAY,
     "prior.trust_dead_zone": _closed(0.0, 100.0),
+    "prior.trust_act_floor": Limit(0.0, 0.5, hi_open=True),  # 0.5 would cut off uninformed advice
     "prior.trust_min_gap": Limit(0.0, MAX_SCALE, lo_open=True),
     "prior.trust_states": _closed(1, 1_000_000),
     "prior.advice_samples": _closed(1, 64),
@@ -879,6 +886,9 @@ def validate_semantics(cfg: RunConfig) -> None:
         (cfg.prior.trust_act_evidence != "returns" or cfg.prior.control_episodes > 0,
          "prior.trust_act_evidence='returns' needs prior.control_episodes > 0: without control episodes "
          "there are no returns to compare the advised episodes with"),
+        (not (cfg.prior.trust_failures and cfg.prior.enabled and cfg.prior.trust) or cfg.prior.control_episodes > 0,
+         "prior.trust_failures needs prior.control_episodes > 0: without control episodes there is no failure "
+         "rate to compare the advised episodes with"),
         (cfg.plan.elites <= cfg.plan.samples,
          f"plan.elites ({cfg.plan.elites}) must be <= plan.samples ({cfg.plan.samples})"),
         (cfg.llm.backend != "replay" or cfg.llm.replay_ledger, "llm.backend=replay needs llm.replay_ledger"),

@@ -49,7 +49,7 @@ from lore.prior.kl_control import (
 )
 from lore.prior.mixing import categorical_entropy, mix_logits
 from lore.prior.temperature import fit_temperature
-from lore.prior.trust import AdviceTrust, advice_value_z, replicated_best_action
+from lore.prior.trust import AdviceTrust, act_scale, advice_value_z, replicated_best_action
 
 _STATE_VERSION = 2
 _LABEL_CAPACITY = 4096
@@ -97,7 +97,8 @@ class PriorLayer:
         self.lambda_kl = 0.0
         """Dual variable of the KL Lagrangian (``kl_mode == "lagrangian"``); starts at 0."""
         self.normalisers = [EMANormalizer(cfg.ema_decay) for _ in UNCERTAINTY_KEYS]
-        self.trust = AdviceTrust(cfg.trust_decay, cfg.trust_gain, cfg.trust_dead_zone, cfg.trust_act_evidence)
+        self.trust = AdviceTrust(cfg.trust_decay, cfg.trust_gain, cfg.trust_dead_zone, cfg.trust_act_evidence,
+                                  cfg.trust_failures)
         self.control = torch.zeros(self.num_envs, dtype=torch.bool)
         self.last_u: torch.Tensor | None = None
         """u(s) [num_envs] of the latest act step (the controller's trigger reads it, not a recomputation)."""
@@ -174,13 +175,14 @@ class PriorLayer:
         return bounded_uncertainty(signals, self.weights, self.num_actions, means)
 
     def trust_scale(self, source: torch.Tensor | None, batch: int, device: torch.device) -> torch.Tensor:
-        """Per-env multiplier of beta, ``min(1, 2 * trust)`` of each env's advice source (1 without ``prior.trust``).
+        """Per-env multiplier of beta from each env's advice source (1 without ``prior.trust``):
+        :func:`lore.prior.trust.act_scale` of its act-time trust.
 
         Uninformed advice (trust 0.5) acts at full strength, so good advice can lead the agent to the
-        reward that produces the evidence; advice with evidence of harm fades out
-        (``prior.trust_act_evidence`` says which evidence, :meth:`AdviceTrust.act_value`).
+        reward that produces the evidence; advice with evidence of harm fades out, and is cut off below
+        ``prior.trust_act_floor`` (``prior.trust_act_evidence`` says which evidence, :meth:`AdviceTrust.act_value`).
         """
-        return (2.0 * self._trust_per_row(source, batch, device, act=True)).clamp(max=1.0)
+        return act_scale(self._trust_per_row(source, batch, device, act=True), self.cfg.trust_act_floor)
 
     def absorb_weight(self, source: torch.Tensor | None, rows: int, device: torch.device) -> torch.Tensor:
         """Per-row weight of the KL absorption term: ``clip(2 * trust - 1, 0, 1)`` (1 without ``prior.trust``).
@@ -257,13 +259,14 @@ class PriorLayer:
             self._record_act(logits_wm, logits_mix, beta, beta_unbounded, mask, prior, signals, u_comb, parts)
         return logits_mix, beta
 
-    def observe_episode(self, env_index: int, episode_return: float) -> None:
-        """An episode of env ``env_index`` ended: its return is evidence for the trust (advised vs control).
+    def observe_episode(self, env_index: int, episode_return: float, failed: bool = False) -> None:
+        """An episode of env ``env_index`` ended: its return (and whether it ended in failure, see
+        :class:`lore.prior.trust.EpisodeComparison`) is evidence for the trust (advised vs control).
 
         Called before the env's next act step, so ``control`` still describes the episode that ended.
         """
         if self.cfg.enabled and self.cfg.trust and self.cfg.control_episodes > 0:
-            self.trust.episodes.observe(float(episode_return), bool(self.control[env_index]))
+            self.trust.episodes.observe(float(episode_return), bool(self.control[env_index]), bool(failed))
 
     def _draw_control_episodes(self, is_first: torch.Tensor | None, generator: torch.Generator | None) -> None:
         """At each env's episode start, make the episode a control episode with prob ``control_episodes``."""

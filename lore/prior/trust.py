@@ -101,6 +101,18 @@ def trust_from_evidence(mean_z: float, gain: float) -> float:
     return 1.0 / (1.0 + math.exp(-x))
 
 
+def act_scale(trust: torch.Tensor, floor: float) -> torch.Tensor:
+    """How strongly advice acts, ``[B] -> [B]``: ``clip((trust - floor) / (0.5 - floor), 0, 1)``.
+
+    Full strength from the uninformed trust 0.5 up; ``floor = 0`` is ``min(1, 2 trust)``, which lets
+    advice with strong evidence of harm keep acting a little (trust 0.1: a fifth of beta) for the rest of
+    the run; ``floor > 0`` cuts it off entirely once its trust is below ``floor``.
+    """
+    if not 0.0 <= floor < 0.5:
+        raise ValueError(f"prior.trust_act_floor must be in [0, 0.5), got {floor}")
+    return ((trust - floor) / (0.5 - floor)).clamp(0.0, 1.0)
+
+
 def dead_zone(t: float, width: float) -> float:
     """``sign(t) * max(|t| - width, 0)``: differences within ``width`` standard errors are no evidence."""
     return math.copysign(max(abs(t) - width, 0.0), t)
@@ -118,16 +130,42 @@ def harm_first(t: float, width: float) -> float:
     return t if t < 0 else dead_zone(t, width)
 
 
+def harm_only(z: float, width: float) -> float:
+    """``min(0, dead_zone(z, width))``: evidence that can only lower trust, beyond ``width`` standard errors."""
+    return min(dead_zone(z, width), 0.0)
+
+
+def failure_z(failed_adv: float, n_adv: float, failed_ctrl: float, n_ctrl: float) -> float:
+    """Two-proportion z of the failure rates, control minus advised (< 0: advised episodes fail more).
+
+    The pooled rate carries one pseudo-failure in two pseudo-episodes, so groups that never fail (DoorKey
+    cannot end in failure) give z = 0 rather than 0 / 0.
+    """
+    if min(n_adv, n_ctrl) <= 0:
+        return 0.0
+    pooled = (failed_adv + failed_ctrl + 1.0) / (n_adv + n_ctrl + 2.0)
+    se = math.sqrt(pooled * (1.0 - pooled) * (1.0 / n_adv + 1.0 / n_ctrl))
+    return (failed_ctrl / n_ctrl - failed_adv / n_adv) / se
+
+
 class EpisodeComparison:
-    """Returns of advised vs control episodes: decayed sums, pooled-variance t-statistic."""
+    """Advised vs control episodes: decayed sums of returns (pooled-variance t) and of failures (z).
+
+    A *failure* is an episode the environment ended (terminated, not truncated) on a step without
+    positive reward: the lava, a death. Its rate needs no reward to have been seen, so it speaks long
+    before the returns do: measured on LavaGapS5, the adversary walks advised episodes into the lava
+    from the first advised step, while the return t needs the rare early successes of the control
+    episodes (detection at 1.5k-3k env steps, by which time the harm was done).
+    """
 
     def __init__(self, decay: float = 0.98, min_episodes: int = 3, min_gap: float = 1e-3):
         if not 0.0 <= decay < 1.0:
             raise ValueError(f"episode decay must be in [0, 1), got {decay}")
         self.decay, self.min_episodes, self.min_gap = float(decay), int(min_episodes), float(min_gap)
-        self.stats = {"advised": [0.0, 0.0, 0.0], "control": [0.0, 0.0, 0.0]}  # weight, sum, sum of squares
+        # weight, sum of returns, sum of squared returns, failures
+        self.stats = {"advised": [0.0, 0.0, 0.0, 0.0], "control": [0.0, 0.0, 0.0, 0.0]}
 
-    def observe(self, episode_return: float, control: bool) -> None:
+    def observe(self, episode_return: float, control: bool, failed: bool = False) -> None:
         if not math.isfinite(episode_return):
             return
         for name, st in self.stats.items():
@@ -136,6 +174,14 @@ class EpisodeComparison:
                 st[0] += 1.0
                 st[1] += episode_return
                 st[2] += episode_return * episode_return
+                st[3] += float(bool(failed))
+
+    def failure_z(self) -> float:
+        """:func:`failure_z` of the decayed counts; 0 until both groups have ``min_episodes``."""
+        (wa, *_, fa), (wc, *_, fc) = self.stats["advised"], self.stats["control"]
+        if min(wa, wc) < self.min_episodes - 1e-6:
+            return 0.0
+        return failure_z(fa, wa, fc, wc)
 
     def t_statistic(self) -> float:
         """Student t of (advised - control) mean return with the pooled within-group variance.
@@ -143,7 +189,7 @@ class EpisodeComparison:
         0 until both groups have ``min_episodes`` (effective). Pooling keeps a small group whose
         returns happen to be identical (three failed control episodes) from claiming zero variance.
         """
-        (wa, sa, qa), (wc, sc, qc) = self.stats["advised"], self.stats["control"]
+        (wa, sa, qa, _), (wc, sc, qc, _) = self.stats["advised"], self.stats["control"]
         if min(wa, wc) < self.min_episodes - 1e-6:
             return 0.0
         ma, mc = sa / wa, sc / wc
@@ -156,13 +202,15 @@ class EpisodeComparison:
         return {k: list(v) for k, v in self.stats.items()}
 
     def load_state_dict(self, state: dict) -> None:
-        self.stats = {k: [float(x) for x in state[k]] for k in ("advised", "control")}
+        # checkpoints written before failures were counted hold three sums: their failure count is 0
+        self.stats = {k: ([float(x) for x in state[k]] + [0.0])[:4] for k in ("advised", "control")}
 
 
 class AdviceTrust:
     """Bias-corrected EMA of the batch-mean value z-score, one per advice source."""
 
-    def __init__(self, decay: float, gain: float, episode_dead_zone: float = 1.0, act_evidence: str = "combined"):
+    def __init__(self, decay: float, gain: float, episode_dead_zone: float = 1.0, act_evidence: str = "combined",
+                 failures: bool = False):
         if not 0.0 <= decay < 1.0:
             raise ValueError(f"prior.trust_decay must be in [0, 1), got {decay}")
         if not gain > 0:
@@ -175,6 +223,7 @@ class AdviceTrust:
         if act_evidence not in ("combined", "returns"):
             raise ValueError(f"prior.trust_act_evidence must be combined|returns, got {act_evidence!r}")
         self.act_evidence = act_evidence
+        self.failures = bool(failures)
         self._ema = {name: 0.0 for name in ADVICE_SOURCES}
         self._count = {name: 0 for name in ADVICE_SOURCES}
         self._last_z = {name: math.nan for name in ADVICE_SOURCES}
@@ -206,7 +255,15 @@ class AdviceTrust:
         its plan, PriorNet in its stead), so the comparison cannot attribute between them, and PriorNet
         answers only while its held-out KL to the LLM is small, i.e. while it says what the LLM would say.
         """
-        return self.mean_z(name) + dead_zone(self.episodes.t_statistic(), self.episode_dead_zone)
+        return self.mean_z(name) + dead_zone(self.episodes.t_statistic(), self.episode_dead_zone) + self.failure_harm()
+
+    def failure_harm(self) -> float:
+        """Harm evidence from failure rates (``prior.trust_failures``): :func:`harm_only` of the failure z.
+
+        Harm only: advice that fails less than the agent's own play is not thereby good (turning in place
+        never fails), and the return comparison already credits advice that reaches the reward.
+        """
+        return harm_only(self.episodes.failure_z(), self.episode_dead_zone) if self.failures else 0.0
 
     def value(self, name: str) -> float:
         """Trust in ``[0, 1]`` of one source (0.5 before any evidence)."""
@@ -225,7 +282,8 @@ class AdviceTrust:
         """
         if self.act_evidence == "combined":
             return self.value(name)
-        return trust_from_evidence(harm_first(self.episodes.t_statistic(), self.episode_dead_zone), self.gain)
+        return trust_from_evidence(harm_first(self.episodes.t_statistic(), self.episode_dead_zone)
+                                   + self.failure_harm(), self.gain)
 
     def values_for(self, codes: torch.Tensor, act: bool = False) -> torch.Tensor:
         """Trust per row for source codes ``[B]`` (rows without advice, code 0, get 1: nothing to scale).
@@ -243,6 +301,7 @@ class AdviceTrust:
             out[f"trust_act_{name}"] = self.act_value(name)
             out[f"trust_z_{name}"] = self._last_z[name]
         out["trust_episode_t"] = self.episodes.t_statistic()
+        out["trust_failure_z"] = self.episodes.failure_z()
         return out
 
     def state_dict(self) -> dict:

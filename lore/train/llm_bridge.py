@@ -164,11 +164,12 @@ class LLMBridge:
     def gate_values(self) -> np.ndarray:
         """The controller's trigger per env, in [0, 1]: state uncertainty u(s) of this act step times the
         act-time trust in the LLM's answers (asking is worth its cost only where the agent is unsure and the
-        answers would act)."""
+        answers would act; not at all below ``prior.trust_act_floor``, where they would not)."""
         layer = self.agent.prior
         u = layer.last_u
         if self.cfg.prior.trust:
-            u = u * layer.trust.act_value("llm")
+            trust = layer.trust.act_value("llm")
+            u = u * trust if trust >= self.cfg.prior.trust_act_floor else u * 0.0
         return u.numpy()
 
     def after_act(self, env_step: int, out, actions: np.ndarray, beta: np.ndarray, prefill: bool) -> None:

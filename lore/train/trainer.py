@@ -347,7 +347,8 @@ class Trainer:
                 })
                 self.episodes_done += 1
                 if self.env_step > self.cfg.train.prefill:  # prefill episodes act at random
-                    self.agent.prior.observe_episode(i, self.tracker.returns[i])
+                    failed = bool(terminated[i]) and float(reward[i]) <= 0.0  # the lava, a death
+                    self.agent.prior.observe_episode(i, self.tracker.returns[i], failed)
                 self.tracker.returns[i], self.tracker.lengths[i] = 0.0, 0
                 self.pending[i] = self._row(i, obs, 0.0, first=True, terminal=False, last=False)
             else:
