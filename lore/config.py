@@ -886,7 +886,7 @@ def validate_semantics(cfg: RunConfig) -> None:
         (cfg.prior.trust_act_evidence != "returns" or cfg.prior.control_episodes > 0,
          "prior.trust_act_evidence='returns' needs prior.control_episodes > 0: without control episodes "
          "there are no returns to compare the advised episodes with"),
-        (not (cfg.prior.trust_failures and cfg.prior.enabled and cfg.prior.trust) or cfg.prior.control_episodes > 0,
+        (not cfg.prior.trust_failures or cfg.prior.control_episodes > 0,
          "prior.trust_failures needs prior.control_episodes > 0: without control episodes there is no failure "
          "rate to compare the advised episodes with"),
         (cfg.plan.elites <= cfg.plan.samples,

@@ -110,6 +110,9 @@ def test_parse_override_parses_yaml_values():
     ("prior.control_episodes=1", "prior.control_episodes"),
     ("prior.trust_act_evidence=returns prior.control_episodes=0", "prior.trust_act_evidence='returns' needs prior"),
     ("prior.trust_act_evidence=critic", "prior.trust_act_evidence"),
+    ("prior.trust_failures=true prior.control_episodes=0", "prior.trust_failures needs prior.control_episodes > 0"),
+    ("prior.trust_act_floor=0.5", "prior.trust_act_floor"),
+    ("prior.trust_act_floor=-0.1", "prior.trust_act_floor"),
     ("prior.gate_full_at=0", "prior.gate_full_at"),
 ])
 def test_semantic_checks_name_the_new_keys(override, needle):

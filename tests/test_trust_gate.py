@@ -676,3 +676,107 @@ def test_act_time_trust_reads_the_returns_alone_when_asked(evidence):
     fresh.control[0] = False  # an advised episode
     _, beta = fresh.act(logits, prior, torch.ones(1), None, 0, source=src)
     assert float(beta[0]) == pytest.approx(min(1.0, 2 * expected), rel=1e-5)
+
+
+# --------------------------------------------------------------------------- act-time floor, failure evidence
+
+
+def test_act_scale_is_two_trust_without_a_floor_and_cuts_off_below_it():
+    from lore.prior.trust import act_scale
+
+    trust = torch.tensor([0.0, 0.1, 0.2, 0.25, 0.3, 0.5, 0.9])
+    assert act_scale(trust, 0.0).tolist() == pytest.approx([0.0, 0.2, 0.4, 0.5, 0.6, 1.0, 1.0])
+    assert act_scale(trust, 0.25).tolist() == pytest.approx([0.0, 0.0, 0.0, 0.0, 0.2, 1.0, 1.0])
+    for bad in (-0.1, 0.5, 0.7):
+        with pytest.raises(ValueError, match="trust_act_floor"):
+            act_scale(trust, bad)
+
+
+def test_advice_below_the_act_floor_stops_acting_and_the_llm_is_not_asked_for_it():
+    from types import SimpleNamespace
+
+    from lore.train.llm_bridge import LLMBridge
+
+    gen = torch.Generator().manual_seed(3)
+    for floor in (0.0, 0.25):
+        layer = PriorLayer(prior_cfg(gate="fixed", trust=True, trust_decay=0.9, trust_act_floor=floor), A)
+        feed_advice(layer, gen, LLM, "worst")
+        trust = layer.trust.value("llm")
+        assert 0.0 < trust < 0.2
+        logits, prior = torch.zeros(1, A), one_hot_advice(torch.tensor([0]))
+        mix, beta = layer.act(logits, prior, torch.ones(1), None, 0, source=torch.tensor([LLM]))
+        if floor == 0.0:
+            assert float(beta[0]) == pytest.approx(2 * trust)
+        else:  # cut off: the policy acts alone
+            assert float(beta[0]) == 0.0 and torch.equal(mix, logits)
+        # the call trigger: u times the trust, 0 below the floor
+        layer.last_u = torch.tensor([0.8])
+        bridge = SimpleNamespace(agent=SimpleNamespace(prior=layer),
+                                 cfg=SimpleNamespace(prior=layer.cfg))
+        trigger = LLMBridge.gate_values(bridge)
+        assert trigger.tolist() == pytest.approx([0.8 * trust if floor == 0.0 else 0.0])
+
+
+def test_failure_z_hand_computed_and_zero_without_failures():
+    from lore.prior.trust import failure_z, harm_only
+
+    # 8 of 10 advised episodes fail, 2 of 5 control ones: pooled (10 + 1) / (15 + 2)
+    p = 11 / 17
+    expected = (2 / 5 - 8 / 10) / math.sqrt(p * (1 - p) * (1 / 10 + 1 / 5))
+    assert failure_z(8, 10, 2, 5) == pytest.approx(expected)
+    assert failure_z(8, 10, 2, 5) < -1.5
+    assert failure_z(0, 10, 0, 5) == 0.0 and failure_z(3, 0, 1, 5) == 0.0
+    assert failure_z(1, 10, 4, 5) > 0  # advice that fails less
+    from lore.prior.trust import EpisodeComparison
+
+    cmp = EpisodeComparison(decay=1.0 - 1e-12, min_episodes=3)
+    for _ in range(5):
+        cmp.observe(0.0, control=False, failed=True)
+    cmp.observe(0.0, control=True)
+    cmp.observe(0.0, control=True)
+    assert cmp.failure_z() == 0.0  # two control episodes: too few to compare
+    cmp.observe(0.0, control=True)
+    assert cmp.failure_z() == pytest.approx(failure_z(5, 5, 0, 3), rel=1e-6) and cmp.failure_z() < -2
+    assert harm_only(-2.5, 1.0) == -1.5 and harm_only(-0.8, 1.0) == 0.0 and harm_only(3.0, 1.0) == 0.0
+
+
+def test_failed_advised_episodes_lower_the_trust_only_when_failures_count():
+    """Advice that walks the agent into the lava before any reward has been seen: every return is 0 (no
+    evidence from returns) but advised episodes fail, control episodes time out."""
+    def failing(failures: bool, advised_fail: bool) -> PriorLayer:
+        """4 x (3 advised episodes, 1 control episode), all without reward; one of the two groups fails."""
+        layer = PriorLayer(prior_cfg(trust=True, control_episodes=0.25, trust_failures=failures), A, num_envs=1)
+        for _ in range(4):
+            for _ in range(3):
+                layer.control[0] = False
+                layer.observe_episode(0, 0.0, failed=advised_fail)
+            layer.control[0] = True
+            layer.observe_episode(0, 0.0, failed=not advised_fail)
+        return layer
+
+    for failures in (False, True):
+        layer = failing(failures, advised_fail=True)
+        metrics = layer.metrics()
+        assert metrics["trust_episode_t"] == 0.0 and metrics["trust_failure_z"] < -2.5
+        if failures:
+            assert layer.trust.value("llm") < 0.05 and layer.trust.act_value("llm") < 0.05
+        else:
+            assert layer.trust.value("llm") == pytest.approx(0.5)
+    # Advice that fails *less* than the agent's own play earns nothing from it (harm only).
+    layer = failing(True, advised_fail=False)
+    assert layer.metrics()["trust_failure_z"] > 2.5 and layer.trust.value("llm") == pytest.approx(0.5)
+    # The counts survive a checkpoint, and one written before failures were counted still loads.
+    resumed = PriorLayer(prior_cfg(trust=True, control_episodes=0.25, trust_failures=True), A, num_envs=1)
+    resumed.load_state_dict(layer.state_dict())
+    assert resumed.trust.episodes.failure_z() == layer.trust.episodes.failure_z()
+    old = {k: v[:3] for k, v in layer.trust.episodes.state_dict().items()}
+    resumed.trust.episodes.load_state_dict(old)
+    assert resumed.trust.episodes.failure_z() == 0.0
+
+
+def test_only_an_env_ended_step_without_reward_is_a_failure():
+    from lore.prior.trust import is_failure
+
+    assert is_failure(True, 0.0) and is_failure(True, -1.0)  # the lava; a collision with reward -1
+    assert not is_failure(True, 0.87)  # the goal
+    assert not is_failure(False, 0.0)  # a time limit (truncation) is not a failure

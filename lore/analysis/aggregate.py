@@ -159,7 +159,8 @@ CONFIG_COLUMNS = ("train.steps", "train.train_ratio", "model.preset", "eval.ever
                   "prior.temperature_refit_every", "prior.temperature_min_labels", "prior.dropout",
                   "advisor.accuracy", "dreamer.unimix", "dreamer.retnorm_low", "dreamer.retnorm_high",
                   "prior.w_entropy", "prior.w_value", "prior.w_disagreement", "dreamer.critic_trunk",
-                  "dreamer.uncertainty_head_steps", "prior.trust_act_evidence", "prior.trust_dead_zone")
+                  "dreamer.uncertainty_head_steps", "prior.trust_act_evidence", "prior.trust_dead_zone",
+                  "prior.trust_act_floor", "prior.trust_failures")
 """Resolved-config fields copied into the run table (as ``cfg_<section>_<field>``) for the paper's setup text."""
 
 

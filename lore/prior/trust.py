@@ -135,6 +135,11 @@ def harm_only(z: float, width: float) -> float:
     return min(dead_zone(z, width), 0.0)
 
 
+def is_failure(terminated: bool, last_reward: float) -> bool:
+    """An episode ended in failure: the env ended it (not a time limit) on a step without positive reward."""
+    return bool(terminated) and float(last_reward) <= 0.0
+
+
 def failure_z(failed_adv: float, n_adv: float, failed_ctrl: float, n_ctrl: float) -> float:
     """Two-proportion z of the failure rates, control minus advised (< 0: advised episodes fail more).
 

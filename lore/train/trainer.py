@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from lore.config import ConfigError, RunConfig, config_from_saved, save_config, to_dict
+from lore.prior.trust import is_failure
 from lore.train.checkpoint import load_checkpoint, rng_state, save_checkpoint, seed_everything, set_rng_state
 from lore.train.records import CsvTable, TensorBoard
 from lore.train.replay import SequenceReplay, empty_row_spec
@@ -347,7 +348,7 @@ class Trainer:
                 })
                 self.episodes_done += 1
                 if self.env_step > self.cfg.train.prefill:  # prefill episodes act at random
-                    failed = bool(terminated[i]) and float(reward[i]) <= 0.0  # the lava, a death
+                    failed = is_failure(terminated[i], reward[i])  # the lava, a death
                     self.agent.prior.observe_episode(i, self.tracker.returns[i], failed)
                 self.tracker.returns[i], self.tracker.lengths[i] = 0.0, 0
                 self.pending[i] = self._row(i, obs, 0.0, first=True, terminal=False, last=False)
