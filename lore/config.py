@@ -237,6 +237,10 @@ class PriorConfig:
     """Probability that an episode runs without the prior (beta = 0 throughout). Bounds the regret of
     bad advice: the agent keeps exploring on its own in this share of episodes, which is where the
     reward that lets the critic (and so the trust) judge the advice comes from."""
+    control_allocation: Literal["fixed", "matching"] = "fixed"
+    """``fixed``: every episode is a control episode with probability ``control_episodes``. ``matching``:
+    with probability Phi(-t) of the advised-vs-control episode t (the chance that the agent's own play is
+    the better), kept within [control_episodes, 1 - control_episodes] (lore.prior.trust.matched_control_share)."""
     w_entropy: float = 1.0
     w_value: float = 0.0
     w_disagreement: float = 0.0
@@ -886,6 +890,9 @@ def validate_semantics(cfg: RunConfig) -> None:
         (cfg.prior.trust_act_evidence != "returns" or cfg.prior.control_episodes > 0,
          "prior.trust_act_evidence='returns' needs prior.control_episodes > 0: without control episodes "
          "there are no returns to compare the advised episodes with"),
+        (cfg.prior.control_allocation == "fixed" or 0 < cfg.prior.control_episodes <= 0.5,
+         f"prior.control_allocation='matching' needs 0 < prior.control_episodes <= 0.5 (the share's floor; its "
+         f"ceiling is 1 - floor), got {cfg.prior.control_episodes:g}"),
         (not cfg.prior.trust_failures or cfg.prior.control_episodes > 0,
          "prior.trust_failures needs prior.control_episodes > 0: without control episodes there is no failure "
          "rate to compare the advised episodes with"),

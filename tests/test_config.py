@@ -112,6 +112,9 @@ def test_parse_override_parses_yaml_values():
     ("prior.trust_act_evidence=critic", "prior.trust_act_evidence"),
     ("prior.trust_failures=true prior.control_episodes=0", "prior.trust_failures needs prior.control_episodes > 0"),
     ("prior.trust_act_floor=0.5", "prior.trust_act_floor"),
+    ("prior.control_allocation=matching prior.control_episodes=0.6", "prior.control_allocation='matching' needs"),
+    ("prior.control_allocation=matching prior.control_episodes=0", "prior.control_allocation='matching' needs"),
+    ("prior.control_allocation=thompson", "prior.control_allocation"),
     ("prior.trust_act_floor=-0.1", "prior.trust_act_floor"),
     ("prior.gate_full_at=0", "prior.gate_full_at"),
 ])

@@ -780,3 +780,40 @@ def test_only_an_env_ended_step_without_reward_is_a_failure():
     assert is_failure(True, 0.0) and is_failure(True, -1.0)  # the lava; a collision with reward -1
     assert not is_failure(True, 0.87)  # the goal
     assert not is_failure(False, 0.0)  # a time limit (truncation) is not a failure
+
+
+def test_matched_control_share_is_one_half_without_evidence_and_moves_with_the_episode_t():
+    from lore.prior.trust import matched_control_share
+
+    assert matched_control_share(0.0, 0.25) == pytest.approx(0.5)
+    assert matched_control_share(-0.5, 0.25) == pytest.approx(0.6914624612740131)  # Phi(0.5)
+    assert matched_control_share(0.3, 0.1) == pytest.approx(0.38208857781104744)  # Phi(-0.3)
+    assert matched_control_share(3.0, 0.25) == 0.25 and matched_control_share(-3.0, 0.25) == 0.75
+    for bad in (0.0, 0.6):
+        with pytest.raises(ValueError, match="floor"):
+            matched_control_share(0.0, bad)
+
+
+@pytest.mark.parametrize("allocation", ["fixed", "matching"])
+def test_control_episodes_follow_the_allocation(allocation):
+    """Drawn at episode starts with the layer's control share: fixed 0.25; matched, one half without
+    evidence and 0.75 once advised episodes clearly fare worse."""
+    cfg = prior_cfg(gate="fixed", trust=True, control_episodes=0.25, control_allocation=allocation)
+    layer = PriorLayer(cfg, A, num_envs=4000)
+    gen = torch.Generator().manual_seed(0)
+
+    def drawn_share() -> float:
+        layer.act(torch.zeros(4000, A), None, torch.zeros(4000), None, 0, generator=gen,
+                  is_first=torch.ones(4000, dtype=torch.bool))
+        return float(layer.control.float().mean())
+
+    assert drawn_share() == pytest.approx(0.25 if allocation == "fixed" else 0.5, abs=0.03)
+    for _ in range(6):  # advised episodes fail, control episodes succeed
+        layer.trust.episodes.observe(0.0, control=False)
+        layer.trust.episodes.observe(0.9 + 0.01 * _, control=True)
+    assert layer.trust.episodes.t_statistic() < -3
+    assert drawn_share() == pytest.approx(0.25 if allocation == "fixed" else 0.75, abs=0.03)
+    assert layer.metrics()["control_share"] == pytest.approx(0.25 if allocation == "fixed" else 0.75)
+    # No control episodes asked for (the evaluation with the prior): none drawn, whatever the allocation.
+    off = PriorLayer(prior_cfg(trust=True, control_episodes=0.0, control_allocation=allocation), A, num_envs=8)
+    assert off.control_share() == 0.0

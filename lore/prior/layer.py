@@ -49,7 +49,13 @@ from lore.prior.kl_control import (
 )
 from lore.prior.mixing import categorical_entropy, mix_logits
 from lore.prior.temperature import fit_temperature
-from lore.prior.trust import AdviceTrust, act_scale, advice_value_z, replicated_best_action
+from lore.prior.trust import (
+    AdviceTrust,
+    act_scale,
+    advice_value_z,
+    matched_control_share,
+    replicated_best_action,
+)
 
 _STATE_VERSION = 2
 _LABEL_CAPACITY = 4096
@@ -268,6 +274,17 @@ class PriorLayer:
         if self.cfg.enabled and self.cfg.trust and self.cfg.control_episodes > 0:
             self.trust.episodes.observe(float(episode_return), bool(self.control[env_index]), bool(failed))
 
+    def control_share(self) -> float:
+        """Probability that an episode starting now runs without the prior (``prior.control_allocation``).
+
+        ``fixed``: ``prior.control_episodes``. ``matching``: :func:`lore.prior.trust.matched_control_share`
+        of the advised-vs-control episode t, between ``control_episodes`` and ``1 - control_episodes``.
+        """
+        share = float(self.cfg.control_episodes)
+        if share <= 0 or self.cfg.control_allocation == "fixed" or not (self.cfg.enabled and self.cfg.trust):
+            return share
+        return matched_control_share(self.trust.episodes.t_statistic(), share)
+
     def _draw_control_episodes(self, is_first: torch.Tensor | None, generator: torch.Generator | None) -> None:
         """At each env's episode start, make the episode a control episode with prob ``control_episodes``."""
         if is_first is None or self.cfg.control_episodes <= 0:
@@ -276,7 +293,7 @@ class PriorLayer:
         if not bool(starts.any()):
             return
         gen_device = generator.device if generator is not None else torch.device("cpu")
-        draw = (torch.rand(self.num_envs, generator=generator, device=gen_device) < self.cfg.control_episodes).cpu()
+        draw = (torch.rand(self.num_envs, generator=generator, device=gen_device) < self.control_share()).cpu()
         self.control = torch.where(starts, draw, self.control)
 
     def _record_act(self, logits_wm, logits_mix, beta, beta_unbounded, mask, prior, signals, u_comb, parts) -> None:
@@ -517,6 +534,7 @@ class PriorLayer:
             "temperature_refits_skipped": float(self.refits_skipped),
             "temperature_refits_at_bound": float(self.refits_at_bound),
             "kl_bound_active_frac": ratio(acc["kl_clipped"], acc["n_applied"]),
+            "control_share": self.control_share() if self.cfg.enabled else nan,
             **self.trust.metrics(),
         }
         for key in _SEPARATION_KEYS:

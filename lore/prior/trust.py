@@ -113,6 +113,22 @@ def act_scale(trust: torch.Tensor, floor: float) -> torch.Tensor:
     return ((trust - floor) / (0.5 - floor)).clamp(0.0, 1.0)
 
 
+def matched_control_share(t: float, floor: float) -> float:
+    """Share of episodes run without the prior: ``clip(Phi(-t), floor, 1 - floor)`` for the episode t.
+
+    Probability matching on the advised-vs-control comparison: ``Phi(-t)`` is the probability, under a
+    normal approximation of the two mean returns, that the agent's own play is the better one. Without
+    evidence (t = 0) half the episodes are the agent's own; advice that does better (t > 0) gets more of
+    them, down to ``floor``; advice that does worse gets fewer, down to ``floor``. As only control
+    episodes are then observed, the decayed advised group shrinks below the minimum count, t returns to
+    0 and the advice is tried again at one half: the test never stops.
+    """
+    if not 0.0 < floor <= 0.5:
+        raise ValueError(f"control share floor must be in (0, 0.5], got {floor}")
+    own_better = 0.5 * math.erfc(t / math.sqrt(2.0))  # Phi(-t)
+    return min(max(own_better, floor), 1.0 - floor)
+
+
 def dead_zone(t: float, width: float) -> float:
     """``sign(t) * max(|t| - width, 0)``: differences within ``width`` standard errors are no evidence."""
     return math.copysign(max(abs(t) - width, 0.0), t)
