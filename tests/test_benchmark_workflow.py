@@ -291,6 +291,12 @@ def test_the_not_below_target_reads_the_difference_ci_and_prints_the_stricter_re
      {"full", "full_adversarial", "full_noisy"}, 2 * 5 + 3 * 5, "docs/benchmark/trust_act_returns"),
     ("control_half", "bench_control_half", " --set prior.control_episodes=0.5",
      {"full", "full_adversarial"}, 2 * 5, "docs/benchmark/control_half"),
+    ("control_matching", "bench_control_matching", " --set 'prior.control_allocation=\"matching\"'",
+     {"full", "full_adversarial"}, 2 * 5 + 2 * 5, "docs/benchmark/control_matching"),
+    ("trust_act_floor", "bench_trust_act_floor", " --set prior.trust_act_floor=0.25",
+     {"full_adversarial"}, 5, "docs/benchmark/trust_act_floor"),
+    ("trust_failures", "bench_trust_failures", " --set prior.trust_failures=true",
+     {"full_adversarial"}, 5, "docs/benchmark/trust_failures"),
     # not an experiment: a subset of the benchmark's own runs, into the benchmark's own report
     ("benchmark_main_arms", "bench", "", {"rl_only", "kl", "full", "full_noisy", "full_adversarial"}, 5 * 5,
      "docs/benchmark"),
