@@ -216,10 +216,11 @@ class PriorConfig:
     with no effect on learning beyond noise (docs/benchmark/trust_act_returns/comparison.md)."""
     trust_act_floor: float = 0.0
     """Act-time trust below which advice stops acting: beta scales by clip((trust - floor) / (0.5 - floor), 0, 1)
-    (lore.prior.trust.act_scale); 0 = min(1, 2 * trust)."""
+    (lore.prior.trust.act_scale); 0 = min(1, 2 * trust). Not measured beyond one seed (config/trust_act_floor.yaml)."""
     trust_failures: bool = False
     """Count failures (episodes the env ended on a step without positive reward: the lava, a death) of
-    advised vs control episodes as harm evidence (lore.prior.trust.EpisodeComparison); needs control episodes."""
+    advised vs control episodes as harm evidence (lore.prior.trust.EpisodeComparison); needs control episodes.
+    On LavaGapS5 (one seed, config/trust_failures.yaml) it judged the adversary no sooner than the returns."""
     trust_decay: float = 0.99
     """EMA decay of the trust evidence, per update."""
     trust_min_gap: float = 1e-3
@@ -240,7 +241,8 @@ class PriorConfig:
     control_allocation: Literal["fixed", "matching"] = "fixed"
     """``fixed``: every episode is a control episode with probability ``control_episodes``. ``matching``:
     with probability Phi(-t) of the advised-vs-control episode t (the chance that the agent's own play is
-    the better), kept within [control_episodes, 1 - control_episodes] (lore.prior.trust.matched_control_share)."""
+    the better), kept within [control_episodes, 1 - control_episodes] (lore.prior.trust.matched_control_share).
+    Measured with no gain on DoorKey or LavaGapS5 (docs/benchmark/control_matching/comparison.md)."""
     w_entropy: float = 1.0
     w_value: float = 0.0
     w_disagreement: float = 0.0

@@ -118,8 +118,9 @@ def matched_control_share(t: float, floor: float) -> float:
 
     Probability matching on the advised-vs-control comparison: ``Phi(-t)`` is the probability, under a
     normal approximation of the two mean returns, that the agent's own play is the better one. Without
-    evidence (t = 0) half the episodes are the agent's own; advice that does better (t > 0) gets more of
-    them, down to ``floor``; advice that does worse gets fewer, down to ``floor``. As only control
+    evidence (t = 0) half the episodes are the agent's own; advice that does better (t > 0) gets more
+    episodes (the control share falls to ``floor``), advice that does worse fewer (it rises to
+    ``1 - floor``). Measured with no gain (docs/benchmark/control_matching/comparison.md). As only control
     episodes are then observed, the decayed advised group shrinks below the minimum count, t returns to
     0 and the advice is tried again at one half: the test never stops.
     """
@@ -173,10 +174,10 @@ class EpisodeComparison:
     """Advised vs control episodes: decayed sums of returns (pooled-variance t) and of failures (z).
 
     A *failure* is an episode the environment ended (terminated, not truncated) on a step without
-    positive reward: the lava, a death. Its rate needs no reward to have been seen, so it speaks long
-    before the returns do: measured on LavaGapS5, the adversary walks advised episodes into the lava
-    from the first advised step, while the return t needs the rare early successes of the control
-    episodes (detection at 1.5k-3k env steps, by which time the harm was done).
+    positive reward: the lava, a death. Its rate needs no reward to have been seen, which is why it was
+    tried (``prior.trust_failures``): the return t needs the rare early successes of the control episodes.
+    Measured on LavaGapS5 (one seed, config/trust_failures.yaml) it separates the adversary no sooner:
+    control episodes of an untrained agent beside the lava fail often too (z -1.2 at 2.5k env steps).
     """
 
     def __init__(self, decay: float = 0.98, min_episodes: int = 3, min_gap: float = 1e-3):
