@@ -117,6 +117,13 @@ class TrainConfig:
     log_every: int = 500
     tensorboard: bool = True
     progress: bool = True
+    precision: Literal["float32", "bfloat16"] = "float32"
+    """Autocast dtype of the update's forward passes. ``bfloat16`` runs matmuls and convolutions in bf16
+    (softmaxes, norms and the losses stay float32 under autocast); a GPU option: on most CPUs bf16 is
+    slower. Acting stays float32. Measured by ``benchmarks/bench_precision.py``."""
+    compile: bool = False
+    """``torch.compile`` the networks (encoder, decoder, GRU cell, heads, actor, critic, ensemble) in place,
+    so checkpoints keep their keys. The first updates pay the compile time (minutes on a CPU)."""
 
 
 @dataclass

@@ -8,7 +8,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from lore.config import build_config
+from lore.config import ConfigError, build_config
 from lore.dreamer.agent import DreamerAgent
 from lore.dreamer.math import combine_losses
 
@@ -377,3 +377,48 @@ def test_train_step_feeds_trust_and_temperature_only_when_the_prior_wants_them()
     assert "advice_value_z" in metrics and full.prior.trust.state_dict()["count"]["llm"] == 1
     plain = DreamerAgent(symbolic_space(), A, make_cfg("prior.enabled=true"), "cpu")
     assert "advice_value_z" not in plain.train_step(batch)
+
+
+# --------------------------------------------------------------------------- precision and compile
+
+
+@pytest.mark.parametrize("pixels", [False, True])
+def test_bf16_autocast_update_tracks_float32_and_keeps_float32_weights(pixels):
+    space = pixel_space() if pixels else symbolic_space()
+    runs = {}
+    for precision in ("float32", "bfloat16"):
+        torch.manual_seed(0)
+        agent = DreamerAgent(space, A, make_cfg(f"train.precision={precision}", "ablation=full"))
+        runs[precision] = (agent, agent.train_step(TensorDict(make_batch(pixels=pixels), batch_size=[B, T])))
+    (fp32, m32), (bf16, m16) = runs["float32"], runs["bfloat16"]
+    assert fp32.autocast_dtype is None and bf16.autocast_dtype is torch.bfloat16
+    finite = lambda m: {k for k, v in m.items() if np.isfinite(v)}  # noqa: E731  (some metrics are nan by design)
+    assert finite(m16) == finite(m32) and m16["nonfinite_skips"] == 0.0
+    # same weights and batch: bf16 rounding moves the world-model losses a little, a wrong cast would move
+    # them a lot (the imagination is not compared: a rounded logit can flip a sampled latent there)
+    for key in ("wm_loss", "loss_decoder", "loss_reward", "kl_dyn"):
+        assert m16[key] == pytest.approx(m32[key], rel=0.05, abs=1e-3), key
+    assert m16["wm_loss"] != m32["wm_loss"]  # autocast did run in bf16
+    assert all(p.dtype == torch.float32 for p in bf16.parameters())
+    out = bf16.act({"pixels" if pixels else "symbolic": make_batch(pixels=pixels)[
+        "obs.pixels" if pixels else "obs.symbolic"][:, 0]}, torch.ones(B, dtype=torch.bool), bf16.initial_state(B))
+    assert out.action.shape == (B,)
+
+
+def test_compile_wraps_the_networks_in_place_and_keeps_checkpoint_keys():
+    plain = DreamerAgent(symbolic_space(), A, make_cfg("ablation=full"))
+    compiled = DreamerAgent(symbolic_space(), A, make_cfg("ablation=full", "train.compile=true"))
+    assert plain.compiled == []
+    # the outermost networks only, never a module inside one already compiled
+    assert {"encoder.mlp", "rssm.gru", "decoder.mlp", "reward_head", "continue_head", "ensemble", "net"} <= set(
+        compiled.compiled)
+    assert not any(a != b and b.startswith(f"{a}.") for a in compiled.compiled for b in compiled.compiled)
+    assert compiled.wm.rssm.gru._compiled_call_impl is not None and plain.wm.rssm.gru._compiled_call_impl is None
+    # compile is lazy: building costs nothing, and a checkpoint of either loads into the other
+    assert list(compiled.state_dict()["wm"]) == list(plain.state_dict()["wm"])
+    plain.load_state_dict(compiled.state_dict())
+
+
+def test_bad_precision_is_a_config_error():
+    with pytest.raises(ConfigError, match=r"train\.precision"):
+        make_cfg("train.precision=float16")

@@ -9,6 +9,7 @@ posterior at t.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -37,6 +38,8 @@ from lore.dreamer.math import (
     lambda_returns,
     twohot_decode,
 )
+from lore.dreamer.networks import MLP, CNNDecoder, CNNEncoder, EnsembleMLP, HeadsOnTrunk, compile_in_place
+from lore.dreamer.rssm import LayerNormGRUCell
 from lore.dreamer.world_model import WorldModel
 from lore.prior.layer import PriorLayer
 
@@ -44,6 +47,9 @@ Tensor = torch.Tensor
 
 WM_LOSSES = ("decoder", "reward", "continue", "dyn", "rep", "ensemble", "prior_net")
 ACTOR_LOSSES = ("actor", "prior")
+COMPILED_NETWORKS = (MLP, CNNEncoder, CNNDecoder, EnsembleMLP, HeadsOnTrunk, LayerNormGRUCell)
+"""What ``train.compile`` compiles: the networks, not the Python loops (observe, imagine) that call them."""
+COMPILE_GRAPH_LIMIT = 64
 CRITIC_LOSSES = ("critic", "slow_reg")
 
 
@@ -111,6 +117,14 @@ class DreamerAgent:
 
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(int(cfg.seed))
+        self.autocast_dtype = torch.bfloat16 if cfg.train.precision == "bfloat16" else None
+        self.compiled = []
+        if cfg.train.compile:
+            # one code object (MLP.forward) serves many heads, each with its own shapes and grad modes:
+            # dynamo's default of 8 graphs per code object would silently fall back to eager
+            torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, COMPILE_GRAPH_LIMIT)
+            for root in (self.wm, self.actor, self.critic, self.slow_critic):
+                self.compiled += compile_in_place(root, COMPILED_NETWORKS)
         self.nonfinite_skips = 0
         self.train_steps = 0
         self.env_step = 0
@@ -273,6 +287,12 @@ class DreamerAgent:
         data["llm_prior_logits"] = _sanitise_prior(data["llm_prior_logits"], data["llm_mask"])
         return data
 
+    def _autocast(self):
+        """bf16 autocast of an update's forward pass where ``train.precision`` asks for it."""
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.autocast_dtype)
+
     def _optimise(self, opt: torch.optim.Optimizer, loss: Tensor, params: list, clip: float) -> float:
         """Backward + clip + step, or skip the step (and count it) when the loss or grads are not finite."""
         opt.zero_grad(set_to_none=True)
@@ -422,11 +442,13 @@ class DreamerAgent:
         data = self._prepare_batch(batch)
         skips_before = self.nonfinite_skips
 
-        wm_losses, post, wm_metrics = self.wm.loss(data, self.generator)
+        with self._autocast():
+            wm_losses, post, wm_metrics = self.wm.loss(data, self.generator)
         wm_total = combine_losses(wm_losses, self.loss_scales)
         grad_norm_wm = self._optimise(self.wm_opt, wm_total, list(self.wm.parameters()), d.wm_clip)
 
-        actor_losses, critic_losses_, ac_metrics, _ = self.behaviour_losses(post, data)
+        with self._autocast():
+            actor_losses, critic_losses_, ac_metrics, _ = self.behaviour_losses(post, data)
         actor_total = combine_losses(actor_losses, self.loss_scales)
         critic_total = combine_losses(critic_losses_, self.loss_scales)
         grad_norm_actor = self._optimise(self.actor_opt, actor_total, list(self.actor.parameters()), d.ac_clip)

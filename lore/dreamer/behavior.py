@@ -126,7 +126,8 @@ def critic_losses(value_logits: Tensor, returns: Tensor, slow_values: Tensor, we
         ret_below, ret_above = twohot_position(returns.detach()[None], bins)  # [1, H, N] each
         slow_below, slow_above = twohot_position(slow_values.detach(), bins)  # [K, H, N]
         w = w.expand(value_logits.shape[:-1]).contiguous()
-        return _TwoHotCrossEntropy.apply(value_logits, ret_below, ret_above, slow_below, slow_above, w)
+        # float32 under bf16 autocast too: the 255-bin softmax and its scattered gradient need the mantissa
+        return _TwoHotCrossEntropy.apply(value_logits.float(), ret_below, ret_above, slow_below, slow_above, w)
     log_probs = torch.log_softmax(value_logits, -1)  # shared by both terms
     ce = -twohot_log_prob(log_probs, returns.detach()[None], bins)  # [K, H, N]
     reg = -twohot_log_prob(log_probs, slow_values.detach(), bins)

@@ -441,3 +441,15 @@ class EnsembleMLP(nn.Module):
             h = F.silu(norm(lin(h, members), members))
         out = self.out(h, members)  # [k, N, out]
         return out.reshape(k, *lead, out.shape[-1])
+
+
+def compile_in_place(root: nn.Module, types: tuple[type, ...]) -> list[str]:
+    """``torch.compile`` every outermost submodule of ``root`` that is one of ``types``, in place
+    (``nn.Module.compile``: parameters and state-dict keys are unchanged, so checkpoints load either way).
+    Returns the compiled modules' names."""
+    done: list[str] = []
+    for name, module in root.named_modules():
+        if isinstance(module, types) and not any(name.startswith(f"{d}.") or not d for d in done):
+            module.compile()
+            done.append(name)
+    return done
