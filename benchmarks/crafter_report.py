@@ -36,6 +36,7 @@ from lore.analysis.benchmark_report import signal_separation  # noqa: E402
 from lore.analysis.settings import AnalysisSettings  # noqa: E402
 
 RANDOM = "random"
+DOORKEY = "MiniGrid-DoorKey-5x5-v0"
 """The random policy's name in the report's tables."""
 ARM_ORDER = ("rl_only", "full", "full_adversarial")
 
@@ -214,8 +215,27 @@ def calls_text(values: pd.Series) -> str:
     return f"{values.mean():.1f} ({values.min():.0f}–{values.max():.0f})"
 
 
+def doorkey_speed(doorkey_runs: pd.DataFrame, arms: list[str]) -> list[str]:
+    """Training env steps/s of the DoorKey benchmark's runs (its runs.csv), per arm, for comparison."""
+    needed = {"env", "ablation", "steps_per_s_last", "cfg_model_preset", "cfg_train_train_ratio"}
+    if not needed <= set(doorkey_runs.columns):
+        return []
+    data = doorkey_runs[doorkey_runs["env"] == DOORKEY]
+    cells = []
+    for arm in arms:
+        group = data[data["ablation"] == arm]
+        if len(group):
+            cells.append(f"{arm} {fmt(ci(group['steps_per_s_last']), 1)} (n = {len(group)})")
+    if not cells:
+        return []
+    setup = (f"preset {'/'.join(sorted(data['cfg_model_preset'].astype(str).unique()))}, train ratio "
+             f"{'/'.join(f'{r:g}' for r in sorted(data['cfg_train_train_ratio'].unique()))}")
+    return [f"For comparison, DoorKey-5x5 in the LLM-prior benchmark (`docs/benchmark/tables/runs.csv`, {setup}, "
+            f"same machine class, measured the same way): " + "; ".join(cells) + " env steps/s.", ""]
+
+
 def report(frame: pd.DataFrame, random: pd.DataFrame, runs_table: pd.DataFrame, budgets: list[int],
-           figure: str, workflow_figure: str) -> list[str]:
+           figure: str, workflow_figure: str, doorkey_runs: pd.DataFrame | None = None) -> list[str]:
     last = budgets[-1]
     arms = arms_in(frame)
     n_episodes = sorted(frame["episodes"].unique()) if "episodes" in frame else []
@@ -252,6 +272,8 @@ def report(frame: pd.DataFrame, random: pd.DataFrame, runs_table: pd.DataFrame, 
     lines += ["", "API calls: LLM calls per run that reached the backend (mean, min–max over seeds; the scripted "
               "advisor here). Env steps/s: env steps / wall time of the whole run (evaluations included), "
               "as measured where the benchmark ran.", ""]
+    if doorkey_runs is not None:
+        lines += doorkey_speed(doorkey_runs, [a for a in arms if a in ("rl_only", "full", "full_adversarial")])
 
     names = achievement_names(frame if len(frame) else random)
     groups = [a for a in [*arms, RANDOM] if len(frame[frame["ablation"] == a]) or (a == RANDOM and len(random))]
@@ -279,6 +301,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="report name: writes <out>/<name>.md and <out>/<name>/ (default: %(default)s; e.g. "
                         "crafter_50k for a benchmark run at another budget, whose runs cannot be pooled with these)")
     p.add_argument("--no-cli", action="store_true", help="skip `lore aggregate` / `lore figures` (tests)")
+    p.add_argument("--doorkey-runs", type=Path,
+                   default=Path(__file__).resolve().parents[1] / "docs/benchmark/tables/runs.csv",
+                   help="the DoorKey benchmark's runs table, whose env steps/s are quoted beside Crafter's")
     args = p.parse_args(argv)
     if not args.name or "/" in args.name or args.name.startswith("."):
         p.error(f"--name must be a plain file name, got {args.name!r}")
@@ -298,7 +323,8 @@ def main(argv: list[str] | None = None) -> int:
     figure = figures / "crafter_score.png"
     plot(frame, random, budgets[-1], figure)
     rel = lambda path: path.relative_to(args.out).as_posix()  # noqa: E731
-    lines = report(frame, random, runs_table, budgets, rel(figure), rel(figures / "crafter_achievements.png"))
+    doorkey = pd.read_csv(args.doorkey_runs) if args.doorkey_runs.is_file() else None
+    lines = report(frame, random, runs_table, budgets, rel(figure), rel(figures / "crafter_achievements.png"), doorkey)
     (args.out / f"{args.name}.md").write_text("\n".join(lines))
     print("\n".join(lines))
     return 0

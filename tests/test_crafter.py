@@ -201,9 +201,16 @@ def test_report_from_runs_states_score_achievements_calls_speed_and_the_random_b
     for seed in (0, 1):
         bench.random_baseline(root, CPU_CONFIG, seed, sets)
     out = tmp_path / "docs"
-    assert report.main(["--runs-root", str(root), "--out", str(out), "--no-cli"]) == 0
+    doorkey = tmp_path / "doorkey_runs.csv"
+    pd.DataFrame({"env": [report.DOORKEY] * 3 + ["MiniGrid-LavaGapS5-v0"], "ablation": ["rl_only"] * 2 + ["full"] * 2,
+                  "steps_per_s_last": [20.0, 30.0, 12.5, 99.0], "cfg_model_preset": "debug",
+                  "cfg_train_train_ratio": 64.0}).to_csv(doorkey, index=False)
+    assert report.main(["--runs-root", str(root), "--out", str(out), "--no-cli", "--doorkey-runs", str(doorkey)]) == 0
     assert "full/seed2 has not finished; left out" in capsys.readouterr().err
     text = (out / "crafter.md").read_text()
+    # Crafter's training speed is quoted beside DoorKey's (that env's rows only, per arm, with n)
+    assert "preset debug, train ratio 64" in text and "rl_only 25.0 [" in text and "(n = 2)" in text
+    assert "full 12.5 (n = 1)" in text
     assert (out / "crafter" / "figures" / "crafter_score.png").stat().st_size > 10_000
     rows = {line.split(" | ")[0][2:]: line for line in text.splitlines() if line.startswith("| ")}
     for arm in (*bench.ARMS, "random"):
@@ -215,10 +222,11 @@ def test_report_from_runs_states_score_achievements_calls_speed_and_the_random_b
         root / "full" / "seed0" / "eval.csv").columns if n.startswith("ach_")}]
     assert len(achievement_rows) == 22
     again = (out / "crafter.md").read_text()
-    report.main(["--runs-root", str(root), "--out", str(out), "--no-cli"])
+    report.main(["--runs-root", str(root), "--out", str(out), "--no-cli", "--doorkey-runs", str(doorkey)])
     assert (out / "crafter.md").read_text() == again  # nothing typed by hand, nothing random
     # a benchmark at another budget is its own report beside this one, which it leaves alone
-    assert report.main(["--runs-root", str(root), "--out", str(out), "--no-cli", "--name", "crafter_50k"]) == 0
+    assert report.main(["--runs-root", str(root), "--out", str(out), "--no-cli", "--name", "crafter_50k",
+                        "--doorkey-runs", str(doorkey)]) == 0
     assert (out / "crafter_50k.md").read_text() == again.replace("crafter/figures/", "crafter_50k/figures/")
     assert (out / "crafter_50k" / "figures" / "crafter_score.png").is_file()
     assert (out / "crafter.md").read_text() == again
