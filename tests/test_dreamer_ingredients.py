@@ -34,6 +34,7 @@ from lore.dreamer.behavior import (
     critic_losses,
     ema_update_,
     imagination_weights,
+    own_rows,
     reinforce_loss,
 )
 from lore.dreamer.math import (
@@ -845,6 +846,58 @@ def test_fused_critic_losses_equal_the_reference_values_and_gradients(with_heads
         (grad_ref,) = torch.autograd.grad(scale_ce * ref[0] + scale_reg * ref[1], logits, retain_graph=True)
         (grad_fused,) = torch.autograd.grad(scale_ce * fused[0] + scale_reg * fused[1], logits, retain_graph=True)
         torch.testing.assert_close(grad_fused, grad_ref)
+
+
+def test_own_rows_lists_each_heads_rows_in_order_padded_at_weight_zero():
+    weight = torch.tensor([[2.0, 0.0, 2.0, 2.0], [0.0, 0.0, 2.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
+    rows, w = own_rows(weight)
+    assert rows.tolist() == [[0, 2, 3], [2, 0, 0], [0, 0, 0]]
+    assert w.tolist() == [[2.0, 2.0, 2.0], [2.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
+
+
+def test_each_member_on_its_own_rows_equals_those_rows_of_the_whole_forward():
+    torch.manual_seed(3)
+    net = networks.EnsembleMLP(3, 12, 16, 2, 9)
+    randomise_(net, 0.3, 4)
+    rows = torch.tensor([[0, 4, 5], [1, 1, 6], [6, 2, 0]])
+    dense = torch.randn(4, 7, 12)
+    whole = net(dense)  # [3, 4, 7, 9]
+    out = net.forward_rows(dense, rows)  # [3, 4, 3, 9]
+    for k in range(3):
+        torch.testing.assert_close(out[k], whole[k][:, rows[k]])
+    # one-hot features (the imagined latents) take the selected-row path and give the same numbers
+    hot = torch.randint(0, 4, (4, 7, 2)) + torch.tensor([0, 4])
+    feat = networks.OneHotFeatures(torch.randn(4, 7, 4), hot, 8)
+    whole = net(feat.to_dense())
+    out = net.forward_rows(feat, rows)
+    for k in range(3):
+        torch.testing.assert_close(out[k], whole[k][:, rows[k]])
+    with pytest.raises(ValueError, match="rows must be"):
+        net.forward_rows(dense, rows[:2])
+
+
+def test_critic_heads_on_their_own_rows_give_the_dense_update():
+    """The bootstrapped heads' losses and every critic gradient are those of the dense form (all rows, 0-weighted)."""
+    results = {}
+    for on_rows in (False, True):
+        agent, data = wm_setup()
+        assert agent._critic_on_rows  # the default: separate heads, value_bootstrap 0.5
+        agent._critic_on_rows = on_rows
+        randomise_(agent.critic, 0.2, 7)
+        randomise_(agent.slow_critic, 0.2, 8)
+        _, post, _ = agent.wm.loss(data, agent.generator)
+        post = {k: v.detach() for k, v in post.items()}
+        _, critic_l, metrics, _ = agent.behaviour_losses(post, data)
+        agent.critic.zero_grad()
+        (critic_l["critic"] + 0.7 * critic_l["slow_reg"]).backward()
+        results[on_rows] = (critic_l, metrics, [p.grad.clone() for p in agent.critic.parameters()])
+    (dense_l, dense_m, dense_g), (rows_l, rows_m, rows_g) = results[False], results[True]
+    for key in ("critic", "slow_reg"):
+        torch.testing.assert_close(rows_l[key], dense_l[key])
+    assert rows_m["value_mean"] == pytest.approx(dense_m["value_mean"], rel=1e-5)
+    for a, b in zip(rows_g, dense_g, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+    assert any(float(g.abs().sum()) > 0 for g in rows_g)
 
 
 @pytest.mark.parametrize("cls", [networks.EnsembleMLP, networks.HeadsOnTrunk])

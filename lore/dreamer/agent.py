@@ -23,9 +23,11 @@ from lore.dreamer.behavior import (
     Critic,
     bootstrap_head_mask,
     critic_losses,
+    critic_losses_on_rows,
     ema_update_,
     imagination_weights,
     make_slow_copy,
+    own_rows,
     reinforce_loss,
 )
 from lore.dreamer.math import (
@@ -117,6 +119,9 @@ class DreamerAgent:
 
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(int(cfg.seed))
+        # bootstrapped heads with separate weights (EnsembleMLP) can each run on their own rows
+        self._critic_on_rows = (isinstance(self.critic.net, EnsembleMLP) and d.value_bootstrap < 1.0
+                                and not self._heads_split())
         self.autocast_dtype = torch.bfloat16 if cfg.train.precision == "bfloat16" else None
         self.compiled = []
         if cfg.train.compile:
@@ -356,9 +361,15 @@ class DreamerAgent:
             continues = (self.wm.continue_head(feat[1:]).squeeze(-1) > 0).float()  # mode, as DreamerV3
             first_cont = 1.0 - data["is_terminal"].reshape(n).float()
             weight = imagination_weights(first_cont, continues, d.gamma)  # [H+1, N]
-            slow_values = self.slow_critic.values(feat[:-1], main)  # [k, H, N]
+            # [k, H, N]; with the heads on their own rows, the slow copy is read on those rows only
+            slow_values = None if self._critic_on_rows else self.slow_critic.values(feat[:-1], main)
 
-        value_logits = self.critic(feat, main)  # [k, H+1, N, bins]
+        head_weight = None if split else bootstrap_head_mask(heads, n, d.value_bootstrap, self.generator, feat.device)
+        # bootstrapped separate heads train on their own rows only (same losses at a fraction of the
+        # backward); the returns still bootstrap from every head on every state, without a graph
+        rows = own_rows(head_weight) if head_weight is not None and self._critic_on_rows else None
+        with torch.no_grad() if rows is not None else contextlib.nullcontext():
+            value_logits = self.critic(feat, main)  # [k, H+1, N, bins]
         with torch.no_grad():
             # bootstrap from the current critic (mean over heads), not from the slow copy
             values = twohot_decode(value_logits.detach(), self.wm.bins).mean(0)  # [H+1, N]
@@ -376,9 +387,17 @@ class DreamerAgent:
         loss_prior, prior_metrics = self.prior.actor_loss(
             logits[0], prior_logits, mask, data["llm_confidence"].reshape(n), data["llm_beta"].reshape(n),
             data["llm_source"].reshape(n))
-        head_weight = None if split else bootstrap_head_mask(heads, n, d.value_bootstrap, self.generator, feat.device)
-        loss_critic, loss_slow = critic_losses(value_logits[:, :-1], returns, slow_values, weight[:-1], self.wm.bins,
-                                               head_weight, fused=True)
+        if rows is None:
+            loss_critic, loss_slow = critic_losses(value_logits[:, :-1], returns, slow_values, weight[:-1],
+                                                   self.wm.bins, head_weight, fused=True)
+        else:
+            index, row_weight = rows  # [K, M] each
+            per_head = lambda x: x[:, index].permute(1, 0, 2)  # noqa: E731  [H, N] -> [K, H, M]
+            with torch.no_grad():
+                slow_rows = twohot_decode(self.slow_critic.net.forward_rows(feat[:-1], index), self.wm.bins)
+            loss_critic, loss_slow = critic_losses_on_rows(
+                self.critic.net.forward_rows(feat[:-1], index), per_head(returns), slow_rows,
+                per_head(weight[:-1]) * row_weight[:, None, :], self.wm.bins, returns.numel())
         if split:  # the uncertainty heads: bootstrapped, on the first steps only
             steps, extra = d.uncertainty_head_steps, slice(1, None)
             with torch.no_grad():

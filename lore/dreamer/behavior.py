@@ -134,6 +134,30 @@ def critic_losses(value_logits: Tensor, returns: Tensor, slow_values: Tensor, we
     return (ce * w).mean((1, 2)).sum(), (reg * w).mean((1, 2)).sum()
 
 
+def own_rows(head_weight: Tensor) -> tuple[Tensor, Tensor]:
+    """Bootstrap weights [K, N] -> (rows [K, M], their weights [K, M]): each head's rows with a weight > 0,
+    padded to the largest count M with row 0 at weight 0."""
+    kept = head_weight > 0
+    m = max(int(kept.sum(1).max()), 1)
+    # a stable sort puts each head's kept rows first, in row order
+    order = torch.sort((~kept).to(torch.int8), dim=1, stable=True).indices[:, :m]  # [K, M]
+    valid = kept.gather(1, order)
+    rows = torch.where(valid, order, torch.zeros_like(order))
+    return rows, torch.where(valid, head_weight.gather(1, order), torch.zeros_like(head_weight[:, :m]))
+
+
+def critic_losses_on_rows(value_logits: Tensor, returns: Tensor, slow_values: Tensor, weight: Tensor,
+                          bins: Tensor, total: int) -> tuple[Tensor, Tensor]:
+    """:func:`critic_losses` with each head on its own rows: value_logits [K, H, M, bins]; returns,
+    slow_values and weight (bootstrap weight included, 0 on padding) [K, H, M]; ``total`` = H * N of the
+    whole batch, which each head's summed loss is divided by, as the dense form's mean over (H, N) does."""
+    k, h, m = weight.shape
+    ret_below, ret_above = twohot_position(returns.detach(), bins)
+    slow_below, slow_above = twohot_position(slow_values.detach(), bins)
+    w = (weight.detach() * (h * m / total)).contiguous()
+    return _TwoHotCrossEntropy.apply(value_logits.float(), ret_below, ret_above, slow_below, slow_above, w)
+
+
 def twohot_position(target: Tensor, bins: Tensor) -> tuple[Tensor, Tensor]:
     """Raw targets [...] -> (index of the bin below [...], weight of the bin above [...]) of their two-hot
     encoding over symmetric symlog ``bins`` [B] (the positions :func:`twohot_log_prob` gathers)."""

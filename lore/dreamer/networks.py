@@ -442,6 +442,26 @@ class EnsembleMLP(nn.Module):
         out = self.out(h, members)  # [k, N, out]
         return out.reshape(k, *lead, out.shape[-1])
 
+    def forward_rows(self, x: Tensor | OneHotFeatures, rows: Tensor) -> Tensor:
+        """Each member on its own rows: x [..., N, in], rows [K, M] (indices into N) -> [K, ..., M, out].
+
+        Member k gives the numbers ``forward(x)[k][..., rows[k], :]`` (up to float rounding) at M/N of the
+        cost, for members trained on different subsets of the same batch (bootstrapped critic heads).
+        """
+        if rows.dim() != 2 or rows.shape[0] != self.members:
+            raise ValueError(f"rows must be [K={self.members}, M], got {tuple(rows.shape)}")
+        lead = x.shape[:-2]
+        firsts = []
+        for k in range(self.members):
+            taken = (OneHotFeatures(x.dense.index_select(-2, rows[k]), x.hot.index_select(-2, rows[k]), x.width)
+                     if isinstance(x, OneHotFeatures) else x.index_select(-2, rows[k]))  # [..., M, in]
+            firsts.append(project(taken, self.first.weight[k * self.units:(k + 1) * self.units]).reshape(-1, self.units))
+        h = F.silu(self.first_norm(torch.stack(firsts)))  # [K, L*M, U]
+        for lin, norm in self.hidden:
+            h = F.silu(norm(lin(h)))
+        out = self.out(h)  # [K, L*M, out]
+        return out.reshape(self.members, *lead, rows.shape[1], out.shape[-1])
+
 
 def compile_in_place(root: nn.Module, types: tuple[type, ...]) -> list[str]:
     """``torch.compile`` every outermost submodule of ``root`` that is one of ``types``, in place
