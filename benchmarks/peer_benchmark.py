@@ -8,8 +8,8 @@ sheeprl) gets ``torch==2.13.0`` first, so pip takes the CPU wheel on this machin
 sheeprl under a constraints file that pins that torch: nothing may pull a multi-GB CUDA build, and
 a dry run checks that before the real install. No torchvision: sheeprl does not need it.
 
-The agents (``AGENTS``) are built in their own processes, each pinned to one torch thread: LoRe as
-configured by default (3 critic heads, disagreement ensemble: "full"), its variants "lean" and "shared"
+The agents (``AGENTS``) are built in their own processes, each pinned to one torch thread: LoRe
+as the ``full`` ablation configures it by default ("full"), its variants "gate3" and "shared"
 (``LORE_AGENTS``), LoRe with 1 critic head and 1 ensemble member ("core") and sheeprl's ``dreamer_v3``
 ("peer"), at XS (deter 256, units 256, 1 layer) and S
 (deter 512, units 512, 2 layers), both with 32x32 latents, 255 bins, a 147-d vector observation,
@@ -43,20 +43,23 @@ SIZES = {  # both agents: deter, units (dense/hidden), layers, 32 latents x 32 c
     "xs": {"deter": 256, "units": 256, "layers": 1, "lore_preset": "xs", "peer_algo": "dreamer_v3_XS"},
     "s": {"deter": 512, "units": 512, "layers": 2, "lore_preset": "s", "peer_algo": "dreamer_v3_S"},
 }
-AGENTS = ("full", "lean", "shared", "core", "peer")
+AGENTS = ("full", "gate3", "shared", "core", "peer")
 LORE_AGENTS = AGENTS[:-1]
-"""LoRe's variants, each timed against the peer: defaults, defaults with the uncertainty heads trained on the
-first two imagination steps only (``dreamer.uncertainty_head_steps=2``), defaults with the critic heads on one
-shared trunk (``dreamer.critic_trunk=shared``), and the core (1 head, 1 ensemble member)."""
+"""LoRe's variants, each the ``full`` ablation timed against the peer: its defaults (the gate reads the policy
+entropy; the bootstrapped critic heads feed the advice values), the gate reading all three signals
+(``prior.w_value=1``, ``prior.w_disagreement=1``: the disagreement ensemble is trained too), the critic heads on
+one shared trunk (``dreamer.critic_trunk=shared``), and the core (1 head, 1 ensemble member)."""
 
 # Every size difference that remains between the agents once the sizes above are matched.
 DIFFERENCES = [
-    "LoRe full trains 3 distributional critic heads (and keeps 3 slow copies); LoRe lean trains the same 3 "
-    "heads, head 0 on every imagined state and heads 1-2 on the first 2 imagination steps only; LoRe shared "
-    "trains 3 output layers on one critic trunk; sheeprl and LoRe core train one critic and one target copy.",
-    "LoRe full trains a disagreement ensemble (3 members at XS, 4 at S) of one-step latent predictors "
-    "([deter, stoch, action] -> next stoch logits, `units` wide, `layers` deep) beside the world model; LoRe core "
-    "keeps 1 member; sheeprl has none.",
+    "LoRe full and gate3 train 3 bootstrapped distributional critic heads (and keep 3 slow copies), each head "
+    "with a graph on its own half of the imagined trajectories and without one on the rest (the returns bootstrap "
+    "from all heads on all states); LoRe shared trains 3 output layers on one critic trunk; sheeprl and LoRe core "
+    "train one critic and one target copy.",
+    "LoRe gate3 trains a disagreement ensemble (3 members at XS, 4 at S) of one-step latent predictors "
+    "([deter, stoch, action] -> next stoch logits, `units` wide, `layers` deep) beside the world model; LoRe full, "
+    "shared and core hold one (their parameters are counted below) but do not train it, since their gate does not "
+    "read it; sheeprl has none.",
     "sheeprl runs its critic twice on the imagined states (values without gradient inside the imagination, then "
     "the loss with gradient) and its actor twice (sampling, then the loss); LoRe runs each once and keeps the graph.",
     "LoRe's first layers read an imagined latent's one-hot stoch as 32 selected weight rows (same numbers up to "
@@ -173,13 +176,14 @@ def build_lore(size: str, agent: str, batch: int, length: int):
     spec = SIZES[size]
     overrides = [f"model.preset={spec['lore_preset']}", "model.stoch=32", "model.classes=32",
                  f"model.deter={spec['deter']}", f"model.units={spec['units']}", f"model.layers={spec['layers']}",
-                 f"model.bins={BINS}", f"dreamer.horizon={HORIZON}", "dreamer.imag_last=0", "seed=0"]
+                 f"model.bins={BINS}", f"dreamer.horizon={HORIZON}", "dreamer.imag_last=0", "seed=0",
+                 "ablation=full"]
     if agent == "core":
         overrides += ["model.value_heads=1", "model.ensemble=1"]
     elif agent == "shared":
         overrides += ["dreamer.critic_trunk=shared"]
-    elif agent == "lean":
-        overrides += ["dreamer.uncertainty_head_steps=2"]
+    elif agent == "gate3":
+        overrides += ["prior.w_value=1", "prior.w_disagreement=1"]
     cfg = build_config(overrides=overrides)
     space = gymnasium.spaces.Dict({"symbolic": gymnasium.spaces.Box(0.0, 1.0, (OBS_DIM,), np.float32)})
     lore = DreamerAgent(space, ACTIONS, cfg)
@@ -376,11 +380,12 @@ def report(rows: list[dict], meta: dict) -> str:
         f"32x32 latents, imagination from all {meta['batch'] * meta['length']:,} posterior states "
         f"(horizon {HORIZON}). {meta['cpus']} CPUs; {meta['when']}.",
         "",
-        "*full*: LoRe's defaults (3 critic heads, disagreement ensemble); *lean*: the same with the two "
-        "uncertainty heads trained on the first 2 imagination steps only (`dreamer.uncertainty_head_steps=2`; head "
-        "0 alone bootstraps the returns); *shared*: the same as full with the critic "
-        "heads as output layers on one shared trunk (`dreamer.critic_trunk=shared`); *core*: LoRe with 1 critic "
-        "head and 1 ensemble member; *peer*: sheeprl `dreamer_v3` at the same size. Updates run one at a time, "
+        "*full*: LoRe's `full` ablation with its defaults (3 bootstrapped critic heads; the gate reads the "
+        "policy entropy, so the disagreement ensemble is not trained); *gate3*: the same with the gate reading all "
+        "three signals (`prior.w_value=1 prior.w_disagreement=1`, so the ensemble is trained); *shared*: the same "
+        "as full with the critic heads as output layers on one shared trunk (`dreamer.critic_trunk=shared`); "
+        "*core*: full with 1 critic head and 1 ensemble member; *peer*: sheeprl `dreamer_v3` at the same size. "
+        "The replayed batch carries no advice, so no update scores advice. Updates run one at a time, "
         f"interleaved ({', '.join(AGENTS)}, order rotated each round), each agent in its own process; ratios are "
         "taken within a round: median (interquartile range) over the rounds.",
         "",

@@ -15,8 +15,9 @@ m          1024   640    3        32     32      48         pixel Crafter on GPU
 ``stoch`` x ``classes`` is the categorical latent. DreamerV3 uses 32 latents of 32 classes at
 every size; ``xs`` keeps the 32 latents but has 16 classes each (half the latent width, for CPU
 cost), so it is not the paper's XS, and ``debug`` shrinks both only to keep tests fast. ``bins`` is the two-hot support size (255),
-``value_heads`` the critic ensemble used by the uncertainty gate, ``ensemble`` the
-one-step latent predictors for world-model disagreement, ``feature_units`` the width
+``value_heads`` the bootstrapped critic heads (their spread is the gate's value signal; their draws
+score the advice), ``ensemble`` the one-step latent predictors for world-model disagreement (trained
+and queried only when the gate reads it, ``prior.w_disagreement > 0``), ``feature_units`` the width
 of the late-fusion encoder for LLM features.
 
 CPU Crafter (config/crafter_cpu.yaml) runs xs: an update of a 16 x 64 batch of the symbolic

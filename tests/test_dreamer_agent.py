@@ -123,9 +123,12 @@ def test_act_output_shapes():
     assert torch.all((out.action >= 0) & (out.action < A))
     for name in ("logits_wm", "logits_mix"):
         assert getattr(out, name).shape == (B, A)
-    for name in ("beta", "u_entropy", "u_value_var", "u_disagreement"):
+    for name in ("beta", "u_entropy", "u_value_var"):
         value = getattr(out, name)
         assert value.shape == (B,) and torch.all(torch.isfinite(value)) and torch.all(value >= 0)
+    # nothing reads disagreement here (prior off): the ensemble is neither queried nor trained
+    assert out.u_disagreement.shape == (B,) and torch.isnan(out.u_disagreement).all()
+    assert not agent.reads_disagreement and not agent.wm.train_ensemble
     assert out.action_changed.shape == (B,) and out.action_changed.dtype == torch.bool
     assert out.latent.shape == (B, agent.wm.feat_dim)
     # prior disabled (rl_only): beta 0, mixed == world-model policy, never a changed action
@@ -188,7 +191,10 @@ def test_train_step_finite_metrics_and_updates_parameters():
                 "grad_norm_actor", "grad_norm_critic", "u_disagreement_train", "nonfinite_skips", "kl_mix_wm_train"]
     for key in required:
         assert key in metrics, key
-    assert all(isinstance(v, float) and np.isfinite(v) for v in metrics.values()), metrics
+    # rl_only: nothing reads the disagreement ensemble, so it is not trained and its two metrics are NaN
+    untrained = {"loss_ensemble", "u_disagreement_train"}
+    assert all(np.isnan(metrics[k]) for k in untrained)
+    assert all(isinstance(v, float) and np.isfinite(v) for k, v in metrics.items() if k not in untrained), metrics
     assert metrics["nonfinite_skips"] == 0.0
     after = snapshot(agent)
     for name in before:

@@ -567,8 +567,9 @@ def test_obs_t_is_paired_with_the_action_before_it():
 
 
 def test_ensemble_loss_predicts_the_next_posterior_within_episodes():
-    agent, data = wm_setup()
+    agent, data = wm_setup("ablation=full", "prior.w_disagreement=1")
     wm = agent.wm
+    assert agent.reads_disagreement and wm.train_ensemble
     losses, post, _ = wm.loss(data, agent.generator)
     feat = feat_of(post).detach()
     action = F.one_hot(data["action"], A).float()
@@ -577,6 +578,19 @@ def test_ensemble_loss_predicts_the_next_posterior_within_episodes():
     valid = (~data["is_first"][:, 1:]).float()
     assert valid.min() == 0.0
     torch.testing.assert_close(losses["ensemble"], ((ce * valid).sum((1, 2)) / valid.sum()).sum())
+
+
+@pytest.mark.parametrize("overrides", [(), ("ablation=full",), ("ablation=full", "prior.gate=fixed",
+                                                                    "prior.w_disagreement=1")])
+def test_the_ensemble_is_not_trained_where_nothing_reads_disagreement(overrides):
+    agent, data = wm_setup(*overrides)
+    assert not agent.reads_disagreement and not agent.wm.train_ensemble
+    losses, _, metrics = agent.wm.loss(data, agent.generator)
+    assert float(losses["ensemble"]) == 0.0 and not losses["ensemble"].requires_grad
+    assert math.isnan(metrics["loss_ensemble"]) and math.isnan(metrics["u_disagreement_train"])
+    before = [p.detach().clone() for p in agent.wm.ensemble.parameters()]
+    agent.train_step(make_batch())
+    assert all(torch.equal(a, b) for a, b in zip(before, agent.wm.ensemble.parameters(), strict=True))
 
 
 def test_disagreement_hand_computed():
@@ -887,14 +901,16 @@ def test_critic_heads_on_their_own_rows_give_the_dense_update():
         randomise_(agent.slow_critic, 0.2, 8)
         _, post, _ = agent.wm.loss(data, agent.generator)
         post = {k: v.detach() for k, v in post.items()}
-        _, critic_l, metrics, _ = agent.behaviour_losses(post, data)
+        _, critic_l, _, internals = agent.behaviour_losses(post, data)
         agent.critic.zero_grad()
         (critic_l["critic"] + 0.7 * critic_l["slow_reg"]).backward()
-        results[on_rows] = (critic_l, metrics, [p.grad.clone() for p in agent.critic.parameters()])
-    (dense_l, dense_m, dense_g), (rows_l, rows_m, rows_g) = results[False], results[True]
+        results[on_rows] = (critic_l, internals, [p.grad.clone() for p in agent.critic.parameters()])
+    (dense_l, dense_i, dense_g), (rows_l, rows_i, rows_g) = results[False], results[True]
     for key in ("critic", "slow_reg"):
         torch.testing.assert_close(rows_l[key], dense_l[key])
-    assert rows_m["value_mean"] == pytest.approx(dense_m["value_mean"], rel=1e-5)
+    # the returns bootstrap from every head on every state, the own rows' and the others' alike
+    for key in ("values", "returns"):
+        torch.testing.assert_close(rows_i[key], dense_i[key])
     for a, b in zip(rows_g, dense_g, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
     assert any(float(g.abs().sum()) > 0 for g in rows_g)

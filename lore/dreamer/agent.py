@@ -119,6 +119,11 @@ class DreamerAgent:
 
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(int(cfg.seed))
+        # the disagreement ensemble costs a tenth of an update or more and only the gate reads it: trained and
+        # queried where prior.w_disagreement > 0 (else its signal is NaN, its loss 0, its metrics NaN)
+        p = cfg.prior
+        self.reads_disagreement = bool(p.enabled and p.gate == "uncertainty" and p.w_disagreement > 0)
+        self.wm.train_ensemble = self.reads_disagreement
         # bootstrapped heads with separate weights (EnsembleMLP) can each run on their own rows
         self._critic_on_rows = (isinstance(self.critic.net, EnsembleMLP) and d.value_bootstrap < 1.0
                                 and not self._heads_split())
@@ -188,7 +193,8 @@ class DreamerAgent:
         u = {
             "entropy": categorical_entropy(logits_wm),
             "value_var": self.critic.values(latent).var(0, unbiased=False),
-            "disagreement": self.wm.expected_disagreement(latent, logits_wm.exp()),
+            "disagreement": (self.wm.expected_disagreement(latent, logits_wm.exp()) if self.reads_disagreement
+                             else torch.full((latent.shape[0],), math.nan, device=latent.device)),
         }
         logits_mix, beta = self.prior.act(logits_wm, llm_in["prior_logits"], llm_in["mask"], u,
                                           self.env_step, generator=self.generator, source=llm_in["source"],
@@ -368,11 +374,14 @@ class DreamerAgent:
         # bootstrapped separate heads train on their own rows only (same losses at a fraction of the
         # backward); the returns still bootstrap from every head on every state, without a graph
         rows = own_rows(head_weight) if head_weight is not None and self._critic_on_rows else None
-        with torch.no_grad() if rows is not None else contextlib.nullcontext():
+        if rows is None:
             value_logits = self.critic(feat, main)  # [k, H+1, N, bins]
+            head_values = twohot_decode(value_logits.detach(), self.wm.bins)
+        else:
+            value_logits, head_values = self._critic_on_own_rows(feat, head_weight, rows[0])
         with torch.no_grad():
             # bootstrap from the current critic (mean over heads), not from the slow copy
-            values = twohot_decode(value_logits.detach(), self.wm.bins).mean(0)  # [H+1, N]
+            values = head_values.mean(0)  # [H+1, N]
             returns = lambda_returns(rewards, values, continues, d.gamma, d.lam)  # [H, N]
             if bool(torch.isfinite(returns).all()):
                 self.retnorm.update(returns)
@@ -396,7 +405,7 @@ class DreamerAgent:
             with torch.no_grad():
                 slow_rows = twohot_decode(self.slow_critic.net.forward_rows(feat[:-1], index), self.wm.bins)
             loss_critic, loss_slow = critic_losses_on_rows(
-                self.critic.net.forward_rows(feat[:-1], index), per_head(returns), slow_rows,
+                value_logits[:, :-1], per_head(returns), slow_rows,
                 per_head(weight[:-1]) * row_weight[:, None, :], self.wm.bins, returns.numel())
         if split:  # the uncertainty heads: bootstrapped, on the first steps only
             steps, extra = d.uncertainty_head_steps, slice(1, None)
@@ -423,6 +432,23 @@ class DreamerAgent:
         internals = {"feat": dense_feat, "actions": actions, "returns": returns, "values": values, "weight": weight}
         return ({"actor": loss_actor, "prior": loss_prior}, {"critic": loss_critic, "slow_reg": loss_slow},
                 metrics, internals)
+
+    def _critic_on_own_rows(self, feat, head_weight: Tensor, index: Tensor) -> tuple[Tensor, Tensor]:
+        """Each head on its own rows with a graph, on the others without: feat [H+1, N, ...], bootstrap
+        weights [K, N], own rows [K, M] -> (own logits [K, H+1, M, bins], every head's values [K, H+1, N]).
+
+        Every (head, state) pair is evaluated once, as one dense forward would, but only the own rows keep
+        activations for the backward. Padding rows repeat row 0, whose value they rewrite unchanged.
+        """
+        others, _ = own_rows((head_weight == 0).float())  # [K, M']
+        own_logits = self.critic.net.forward_rows(feat, index)  # [K, H+1, M, bins]
+        with torch.no_grad():
+            other_values = twohot_decode(self.critic.net.forward_rows(feat, others), self.wm.bins)  # [K, H+1, M']
+            values = other_values.new_empty(head_weight.shape[0], feat.shape[0], feat.shape[1])  # [K, H+1, N]
+            spread = lambda idx: idx[:, None, :].expand(-1, feat.shape[0], -1)  # noqa: E731
+            values.scatter_(2, spread(others), other_values)
+            values.scatter_(2, spread(index), twohot_decode(own_logits.detach(), self.wm.bins))
+        return own_logits, values
 
     @torch.no_grad()
     def advice_q_values(self, start: dict[str, Tensor], samples: int = 1) -> Tensor:

@@ -3,6 +3,8 @@ plus the stop-gradient side learners: the disagreement ensemble and the distille
 
 from __future__ import annotations
 
+import math
+
 import gymnasium
 import torch
 import torch.nn.functional as F
@@ -67,6 +69,8 @@ class WorldModel(nn.Module):
         self.continue_head = MLP(feat, m.units, m.layers, out_dim=1)
         # Plan2Explore one-step predictors: [deter, stoch, action] -> next stoch logits
         self.ensemble = EnsembleMLP(m.ensemble, feat + num_actions, m.units, m.layers, m.stoch * m.classes)
+        self.train_ensemble = True
+        """Whether the update trains the ensemble (the agent turns it off where nothing reads disagreement)."""
         self.prior_net = MLP(feat, m.units, m.layers, out_dim=num_actions) if cfg.distill.enabled else None
         self.register_buffer("bins", make_bins(m.bins), persistent=False)
 
@@ -140,21 +144,24 @@ class WorldModel(nn.Module):
         dyn_loss, rep_loss = free_bits_kl(dyn_kl, rep_kl, self.free_bits)
         losses["dyn"], losses["rep"] = dyn_loss.mean(), rep_loss.mean()
 
-        # disagreement ensemble: (s_t, a_t) -> posterior at t+1, where t+1 continues the episode
-        pred = self.predict_next_latent(self.one_hot(feat[:, :-1].detach()), action[:, :-1])  # [K, B, T-1, S, C]
-        target = post["post_logits"][:, 1:].detach().exp()
-        ce = -(target * torch.log_softmax(pred, -1)).sum((-2, -1))  # [K, B, T-1]
-        valid = (~is_first[:, 1:]).float()
-        per_member = (ce * valid).sum((1, 2)) / valid.sum().clamp(min=1.0)  # [K]
-        losses["ensemble"] = per_member.sum()  # each member trained as if alone
-
         metrics = {
             "kl_dyn": dyn_kl.mean().item(),
             "kl_rep": rep_kl.mean().item(),
-            "loss_ensemble": per_member.mean().item(),
-            "u_disagreement_train": disagreement(pred.detach()).mean().item(),
+            "loss_ensemble": math.nan,
+            "u_disagreement_train": math.nan,
             "post_entropy": -(post["post_logits"].exp() * post["post_logits"]).sum(-1).mean().item(),
         }
+        losses["ensemble"] = feat.new_zeros(())
+        if self.train_ensemble:
+            # disagreement ensemble: (s_t, a_t) -> posterior at t+1, where t+1 continues the episode
+            pred = self.predict_next_latent(self.one_hot(feat[:, :-1].detach()), action[:, :-1])  # [K, B, T-1, S, C]
+            target = post["post_logits"][:, 1:].detach().exp()
+            ce = -(target * torch.log_softmax(pred, -1)).sum((-2, -1))  # [K, B, T-1]
+            valid = (~is_first[:, 1:]).float()
+            per_member = (ce * valid).sum((1, 2)) / valid.sum().clamp(min=1.0)  # [K]
+            losses["ensemble"] = per_member.sum()  # each member trained as if alone
+            metrics["loss_ensemble"] = per_member.mean().item()
+            metrics["u_disagreement_train"] = disagreement(pred.detach()).mean().item()
         if self.prior_net is not None:
             flat = feat.detach().reshape(-1, feat.shape[-1])
             losses["prior_net"] = masked_prior_kl(

@@ -178,7 +178,12 @@ class PriorLayer:
     def gate_u(self, signals: list[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """``u [B]`` in [0, 1] and its three parts from the raw signals (running means as they stand)."""
         means = [n.mean for n in self.normalisers]
-        return bounded_uncertainty(signals, self.weights, self.num_actions, means)
+        u, parts = bounded_uncertainty(signals, self.weights, self.num_actions, means)
+        # a signal nobody computed (NaN throughout, e.g. disagreement while the gate does not read it) has no
+        # part to report: NaN, not the 0.5 that its zero-filled stand-in gives inside u
+        parts = [part if bool(torch.isfinite(signal).any()) else torch.full_like(part, math.nan)
+                 for part, signal in zip(parts, signals, strict=True)]
+        return u, parts
 
     def trust_scale(self, source: torch.Tensor | None, batch: int, device: torch.device) -> torch.Tensor:
         """Per-env multiplier of beta from each env's advice source (1 without ``prior.trust``):
@@ -326,7 +331,8 @@ class PriorLayer:
             if signals is not None:
                 acc["n_u"] += beta.numel()
                 for key, signal in zip(("u_entropy", "u_value_var", "u_disagreement"), signals, strict=True):
-                    acc[key] += torch.nan_to_num(signal.double()).sum().item()
+                    computed = bool(torch.isfinite(signal).any())
+                    acc[key] += torch.nan_to_num(signal.double()).sum().item() if computed else math.nan
 
     # ------------------------------------------------------------------ training
 
