@@ -60,6 +60,9 @@ DIFFERENCES = [
     "([deter, stoch, action] -> next stoch logits, `units` wide, `layers` deep) beside the world model; LoRe full, "
     "shared and core hold one (their parameters are counted below) but do not train it, since their gate does not "
     "read it; sheeprl has none.",
+    "LoRe's `full` ablation fuses LLM-written features late into the encoder (`features.enabled`): its world "
+    "model holds that small feature encoder (the few thousand parameters it has over sheeprl's), run on the "
+    "batch's zero features.",
     "sheeprl runs its critic twice on the imagined states (values without gradient inside the imagination, then "
     "the loss with gradient) and its actor twice (sampling, then the loss); LoRe runs each once and keeps the graph.",
     "LoRe's first layers read an imagined latent's one-hot stoch as 32 selected weight rows (same numbers up to "

@@ -5,9 +5,10 @@
 Builds the agents of ``benchmarks/peer_benchmark.py`` (same sizes, batch and observation; no peer
 needed), runs ``--warmup`` untimed updates, then profiles ``--updates`` updates of each variant on one
 thread and writes, per variant, the operators with the most self CPU time (``key_averages``), so a
-change to the update can be read variant against variant: ``full`` is the default (each critic head a whole
-MLP), ``lean`` the uncertainty heads on the first imagination steps only, ``shared`` the heads on one shared
-trunk, ``core`` one head and one ensemble member.
+change to the update can be read variant against variant: ``full`` is the ``full`` ablation's default (each
+critic head a whole MLP on its own rows; no disagreement ensemble trained), ``gate3`` the gate reading all three
+signals (the ensemble trained too), ``shared`` the heads on one shared trunk, ``core`` one head and one ensemble
+member.
 
 It is a benchmark, not a test: CI never runs it.
 """
@@ -64,9 +65,11 @@ def main(argv: list[str] | None = None) -> int:
              f"{args.batch_size}x{args.batch_length}, imagination from every posterior state; {args.updates} "
              f"profiled updates per variant after {args.warmup} untimed; load (1 min) "
              f"{os.getloadavg()[0]:.1f} at the start; {time.strftime('%Y-%m-%d')}.", "",
-             "Variants: *full* the default (each critic head a whole MLP), *lean* the two uncertainty heads "
-             "trained on the first 2 imagination steps only (`dreamer.uncertainty_head_steps=2`), *shared* the "
-             "heads on one shared trunk (`dreamer.critic_trunk=shared`), *core* one critic head and one ensemble member. Times under the "
+             "Variants (the agents of `benchmarks/peer_benchmark.py`): *full* the `full` ablation's default (each "
+             "critic head a whole MLP, trained on its own rows; the disagreement ensemble is not trained, since "
+             "the gate does not read it), *gate3* the gate reading all three signals (`prior.w_value=1 "
+             "prior.w_disagreement=1`: the ensemble is trained), *shared* the heads on one shared trunk "
+             "(`dreamer.critic_trunk=shared`), *core* one critic head and one ensemble member. Times under the "
              "profiler are longer than without it; compare the variants within this file.", ""]
     for agent in args.agents:
         ms, table = profile_agent(args.size, agent, args.updates, args.warmup, args.batch_size,
