@@ -252,8 +252,9 @@ def report(frame: pd.DataFrame, random: pd.DataFrame, runs_table: pd.DataFrame, 
         "at the same eval points and layouts.", "",
         "## Crafter score", "",
         "| arm | n | " + " | ".join(f"score @{step_label(b)}" for b in budgets)
-        + f" | return @{step_label(last)} | API calls | env steps/s (train) |",
-        "|---|---|" + "---|" * (len(budgets) + 3),
+        + f" | return @{step_label(last)} | distinct achievements @{step_label(last)} | API calls "
+        "| env steps/s (train) |",
+        "|---|---|" + "---|" * (len(budgets) + 4),
     ]
     for arm in [*arms, RANDOM]:
         data = random if arm == RANDOM else frame[frame["ablation"] == arm]
@@ -267,9 +268,11 @@ def report(frame: pd.DataFrame, random: pd.DataFrame, runs_table: pd.DataFrame, 
             group = runs_table[runs_table["ablation"] == arm] if "ablation" in runs_table else pd.DataFrame()
             calls = calls_text(group["llm_calls"]) if "llm_calls" in group else "0"
             speed = fmt(ci(data.drop_duplicates("seed")["steps_per_s"]), 1)
+        distinct = (final[achievement_names(final)] > 0).sum(axis=1)  # per seed: unlocked in any eval episode
         lines.append(f"| {arm} | {final['seed'].nunique()} | {' | '.join(scores)} | "
-                     f"{fmt(ci(final['return_mean']))} | {calls} | {speed} |")
-    lines += ["", "API calls: LLM calls per run that reached the backend (mean, min–max over seeds; the scripted "
+                     f"{fmt(ci(final['return_mean']))} | {fmt(ci(distinct), 1)} | {calls} | {speed} |")
+    lines += ["", "Distinct achievements: how many of the 22 a run unlocked at least once in its evaluation "
+              "episodes at that point (mean over seeds). API calls: LLM calls per run that reached the backend (mean, min–max over seeds; the scripted "
               "advisor here). Env steps/s: env steps / wall time of the whole run (evaluations included), "
               "as measured where the benchmark ran.", ""]
     if doorkey_runs is not None:

@@ -217,7 +217,10 @@ def test_report_from_runs_states_score_achievements_calls_speed_and_the_random_b
         assert rows[arm].split(" | ")[1] == "2", rows[arm]  # n = 2 seeds (the unfinished run left out)
     final = [pd.read_csv(root / "full" / f"seed{s}" / "eval.csv").iloc[-1]["crafter_score"] for s in (0, 1)]
     assert f"{np.mean(final):.2f} [" in rows["full"].split(" | ")[4]  # score @2k, with its CI
-    assert "| score @500 | score @1k | score @2k | return @2k |" in text
+    assert "| score @500 | score @1k | score @2k | return @2k | distinct achievements @2k |" in text
+    unlocked = [int((pd.read_csv(root / "full" / f"seed{s}" / "eval.csv").iloc[-1].filter(like="ach_") > 0).sum())
+                for s in (0, 1)]
+    assert rows["full"].split(" | ")[6].startswith(f"{np.mean(unlocked):.1f}")
     achievement_rows = [r for r in rows if r in {n[4:] for n in pd.read_csv(
         root / "full" / "seed0" / "eval.csv").columns if n.startswith("ach_")}]
     assert len(achievement_rows) == 22
