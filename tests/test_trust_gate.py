@@ -455,6 +455,29 @@ def test_metrics_separate_states_where_advice_disagrees_with_the_policy():
     assert math.isnan(layer.metrics()["beta_disagree"])
 
 
+def test_a_signal_nobody_computed_has_no_part_in_the_metrics_and_leaves_beta_alone():
+    """The agent passes NaN for disagreement when the gate does not read it: beta is unchanged, the running
+    mean is not poisoned, and the separation metrics say 'not computed' (NaN) instead of 'no difference'."""
+    cfg = prior_cfg(gate="uncertainty", beta_max=1.0, gate_full_at=1.0, w_value=0.0, w_disagreement=0.0)
+    logits = 3.0 * torch.eye(A)[:4]
+    prior = one_hot_advice(torch.tensor([0, 1, 4, 4]))
+    entropy = torch.tensor([0.2, 0.4, 1.0, 1.4])
+    betas, metrics = [], []
+    for disagreement in (torch.zeros(4), torch.full((4,), math.nan)):
+        layer = PriorLayer(cfg, A, num_envs=4)
+        u = {"entropy": entropy, "value_var": torch.zeros(4), "disagreement": disagreement}
+        betas.append(layer.act(logits, prior, torch.ones(4), u, 0)[1])
+        metrics.append(layer.metrics())
+        assert math.isfinite(layer.normalisers[2].mean)
+    assert torch.equal(betas[0], betas[1])
+    computed, missing = metrics
+    assert computed["u_disagreement_ratio_agree"] == pytest.approx(0.5)
+    for key in ("u_disagreement_ratio_agree", "u_disagreement_ratio_disagree", "u_disagreement"):
+        assert math.isnan(missing[key]), key
+    for key in ("u_entropy_frac_agree", "u_value_ratio_disagree", "beta_disagree", "u_entropy"):
+        assert missing[key] == pytest.approx(computed[key]), key
+
+
 def test_only_replicated_best_actions_become_temperature_labels():
     from lore.prior.trust import replicated_best_action
 
