@@ -20,6 +20,7 @@ import time
 
 import numpy as np
 import torch
+from bench_update import random_batch
 
 from lore.config import build_config
 from lore.dreamer.agent import DreamerAgent
@@ -27,24 +28,6 @@ from lore.envs import make_env
 
 MODES = {"fp32": ("float32", False), "bf16": ("bfloat16", False),
          "fp32+compile": ("float32", True), "bf16+compile": ("bfloat16", True)}
-
-
-def random_batch(space, actions: int, b: int, t: int, device: torch.device, seed: int = 0) -> dict:
-    """A replay-shaped batch [b, t] drawn from the observation space (uint8 boxes as images)."""
-    g = torch.Generator().manual_seed(seed)
-    batch = {}
-    for key, box in space.spaces.items():
-        shape = (b, t, *box.shape)
-        if box.dtype == np.uint8:
-            batch[f"obs.{key}"] = torch.randint(0, 256, shape, generator=g, dtype=torch.uint8)
-        else:
-            batch[f"obs.{key}"] = (torch.rand(shape, generator=g) < 0.05).float()
-    is_first = torch.rand(b, t, generator=g) < 0.02
-    is_first[:, 0] = True
-    batch.update(action=torch.randint(0, actions, (b, t), generator=g),
-                 reward=(torch.rand(b, t, generator=g) < 0.02).float(), is_first=is_first,
-                 is_terminal=torch.rand(b, t, generator=g) < 0.01)
-    return {k: v.to(device) for k, v in batch.items()}
 
 
 def sync(device: torch.device) -> None:
@@ -82,7 +65,7 @@ def main() -> None:
     env = make_env(args.env, 0, obs=args.obs)
     space, actions = env.observation_space, int(env.action_space.n)
     env.close()
-    batch = random_batch(space, actions, args.batch_size, args.batch_length, device)
+    batch = {k: v.to(device) for k, v in random_batch(space, actions, args.batch_size, args.batch_length).items()}
 
     agents, first_ms, peak_mb, losses = {}, {}, {}, {}
     for mode in args.modes:

@@ -43,17 +43,19 @@ def doorkey_spaces() -> tuple[gymnasium.spaces.Dict, int, str]:
         return gymnasium.spaces.Dict({"symbolic": box}), 7, "1000-d fallback"
 
 
-def random_batch(dim: int, actions: int, b: int, t: int, seed: int = 0) -> dict:
+def random_batch(space: gymnasium.spaces.Dict, actions: int, b: int, t: int, seed: int = 0) -> dict:
+    """A replay-shaped batch [b, t] for the observation ``space``: sparse 0/1 vectors, uint8 boxes as images."""
     g = torch.Generator().manual_seed(seed)
     is_first = torch.rand(b, t, generator=g) < 0.02
     is_first[:, 0] = True
-    return {
-        "obs.symbolic": (torch.rand(b, t, dim, generator=g) < 0.05).float(),
-        "action": torch.randint(0, actions, (b, t), generator=g),
-        "reward": (torch.rand(b, t, generator=g) < 0.02).float(),
-        "is_first": is_first,
-        "is_terminal": torch.rand(b, t, generator=g) < 0.01,
-    }
+    batch = {}
+    for key, box in space.spaces.items():
+        shape = (b, t, *box.shape)
+        batch[f"obs.{key}"] = (torch.randint(0, 256, shape, generator=g, dtype=torch.uint8) if box.dtype == np.uint8
+                               else (torch.rand(shape, generator=g) < 0.05).float())
+    return {**batch, "action": torch.randint(0, actions, (b, t), generator=g),
+            "reward": (torch.rand(b, t, generator=g) < 0.02).float(), "is_first": is_first,
+            "is_terminal": torch.rand(b, t, generator=g) < 0.01}
 
 
 def timed(fn, repeats: int, warmup: int) -> float:
@@ -124,7 +126,7 @@ def run(preset: str, batch_size: int, length: int, repeats: int, warmup: int, im
     cfg.dreamer.imag_last = imag_last  # optional knob read with getattr (0 = imagine from every state)
     agent = DreamerAgent(space, actions, cfg)
     dim = space["symbolic"].shape[0]
-    batch = random_batch(dim, actions, batch_size, length)
+    batch = random_batch(space, actions, batch_size, length)
     data = agent._prepare_batch(batch)
     starts = batch_size * (min(imag_last, length) if imag_last > 0 else length)
     n_states = starts * (cfg.dreamer.horizon + 1)

@@ -123,11 +123,9 @@ def critic_losses(value_logits: Tensor, returns: Tensor, slow_values: Tensor, we
                              f"got {tuple(head_weight.shape)}")
         w = w * head_weight.detach()[:, None, :]  # [K, H, N]
     if fused:
-        ret_below, ret_above = twohot_position(returns.detach()[None], bins)  # [1, H, N] each
-        slow_below, slow_above = twohot_position(slow_values.detach(), bins)  # [K, H, N]
-        w = w.expand(value_logits.shape[:-1]).contiguous()
-        # float32 under bf16 autocast too: the 255-bin softmax and its scattered gradient need the mantissa
-        return _TwoHotCrossEntropy.apply(value_logits.float(), ret_below, ret_above, slow_below, slow_above, w)
+        # every head on every row: the rows form with M = N (returns [1, H, N], shared by the heads)
+        return critic_losses_on_rows(value_logits, returns[None], slow_values, w.expand(value_logits.shape[:-1]),
+                                     bins, returns.numel())
     log_probs = torch.log_softmax(value_logits, -1)  # shared by both terms
     ce = -twohot_log_prob(log_probs, returns.detach()[None], bins)  # [K, H, N]
     reg = -twohot_log_prob(log_probs, slow_values.detach(), bins)
@@ -149,12 +147,13 @@ def own_rows(head_weight: Tensor) -> tuple[Tensor, Tensor]:
 def critic_losses_on_rows(value_logits: Tensor, returns: Tensor, slow_values: Tensor, weight: Tensor,
                           bins: Tensor, total: int) -> tuple[Tensor, Tensor]:
     """:func:`critic_losses` with each head on its own rows: value_logits [K, H, M, bins]; returns,
-    slow_values and weight (bootstrap weight included, 0 on padding) [K, H, M]; ``total`` = H * N of the
+    slow_values and weight (bootstrap weight included, 0 on padding) [K, H, M] (returns may be [1, H, M]); ``total`` = H * N of the
     whole batch, which each head's summed loss is divided by, as the dense form's mean over (H, N) does."""
     k, h, m = weight.shape
     ret_below, ret_above = twohot_position(returns.detach(), bins)
     slow_below, slow_above = twohot_position(slow_values.detach(), bins)
     w = (weight.detach() * (h * m / total)).contiguous()
+    # float32 under bf16 autocast too: the 255-bin softmax and its scattered gradient need the mantissa
     return _TwoHotCrossEntropy.apply(value_logits.float(), ret_below, ret_above, slow_below, slow_above, w)
 
 
