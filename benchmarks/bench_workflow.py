@@ -1,8 +1,8 @@
 """Workflow benchmarks (goals from issue 5):
 
-1. dry run of the 120-job paper grid (config/paper.yaml)               goal <= 5 s
-2. aggregate + statistics + figures + paper macros over 120 synthetic
-   run directories (2 envs x 10 ablations x 6 seeds)                     goal <= 60 s
+1. dry run of the 132-job paper grid (config/paper.yaml)               goal <= 5 s
+2. aggregate + statistics + figures + paper macros over 132 synthetic
+   run directories (2 envs x 11 ablations x 6 seeds)                     goal <= 60 s
 3. (--main-job) wall time of the default main job, config/config.yaml,
    `snakemake --cores 2` in a scratch directory                          goal <= 30 min
 

@@ -35,6 +35,8 @@ ABLATIONS: dict[str, dict[str, object]] = {
     # Advisor-quality arms of the full method.
     "full_noisy": {**_FULL, "advisor.mode": "noisy", "advisor.accuracy": 0.5},
     "full_adversarial": {**_FULL, "advisor.mode": "adversarial"},
+    # The kl arm (no gate, no advice trust) under the adversarial advisor: what the trust protects against.
+    "kl_adversarial": {**_MIX, "prior.gate": "fixed", "prior.kl_mode": "lagrangian", "advisor.mode": "adversarial"},
 }
 
 

@@ -297,6 +297,9 @@ def test_the_not_below_target_reads_the_difference_ci_and_prints_the_stricter_re
      {"full_adversarial"}, 5, "docs/benchmark/trust_act_floor"),
     ("trust_failures", "bench_trust_failures", " --set prior.trust_failures=true",
      {"full_adversarial"}, 5, "docs/benchmark/trust_failures"),
+    # not experiments: the benchmark's own settings, run again on newer code or for more seeds
+    ("rerun_current", "bench_rerun_current", "", {"rl_only", "kl", "full", "full_adversarial"}, 4 * 5,
+     "docs/benchmark/rerun_current"),
     # not an experiment: a subset of the benchmark's own runs, into the benchmark's own report
     ("benchmark_main_arms", "bench", "", {"rl_only", "kl", "full", "full_noisy", "full_adversarial"}, 5 * 5,
      "docs/benchmark"),
@@ -371,3 +374,47 @@ def test_experiment_comparison_reads_each_difference_from_its_interval(tmp_path,
     with pytest.raises(SystemExit) as missing:
         cmp.main(["--experiment", str(tmp_path / "nothing"), "--baseline", str(base)])
     assert missing.value.code == 2 and "tables/runs.csv not found" in capsys.readouterr().err
+
+
+def _runs_csv(folder: Path, rows: list[dict]) -> Path:
+    (folder / "tables").mkdir(parents=True)
+    pd.DataFrame(rows).to_csv(folder / "tables" / "runs.csv", index=False)
+    return folder
+
+
+def _auc_rows(arm: str, values: list[float], first_seed: int = 0, env: str = "MiniGrid-DoorKey-5x5-v0",
+              **settings) -> list[dict]:
+    return [{"env": env, "ablation": arm, "seed": first_seed + i, "auc": v, "final_sr": v, "sr@10000": v,
+             "llm_calls": 0.0, **settings} for i, v in enumerate(values)]
+
+
+def test_pooled_report_pools_seeds_of_one_configuration_and_reads_the_targets_on_all(tmp_path, capsys):
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import pooled_report as pooled
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    bench = _runs_csv(tmp_path / "bench", _auc_rows("rl_only", [0.2, 0.1, 0.1, 0.1, 0.0], cfg_train_steps=10000)
+                      + _auc_rows("full_adversarial", [0.05] * 5, cfg_train_steps=10000))
+    more = _runs_csv(tmp_path / "more", _auc_rows("rl_only", [0.0] * 5, first_seed=5, cfg_train_steps=10000)
+                     + _auc_rows("kl_adversarial", [0.01, 0.02, 0.0, 0.01, 0.01], cfg_train_steps=10000))
+    out = tmp_path / "pooled"
+    assert pooled.main(["--reports", str(bench), str(more), "--configfile", str(BENCHMARK), "--out", str(out)]) == 0
+    text = (out / "README.md").read_text()
+    # rl_only pooled over both reports: n = 10, mean 0.05; the low-regret target reads the pooled mean
+    assert "| MiniGrid-DoorKey-5x5-v0 | rl_only | 10 | 0, 1, 2, 3, 4 (" in text
+    assert "AUC: 0.050 vs 0.9 × 0.050 = 0.045 → **met**" in text
+    # the extra arm is compared with full_adversarial on its own line, from the difference's interval
+    line = next(x for x in text.splitlines() if "AUC full_adversarial − kl_adversarial" in x)
+    assert "= +0.040 [" in line and "n = 5 vs 5" in line and line.endswith("→ higher")
+    assert len(pd.read_csv(out / "tables" / "runs.csv")) == 20
+
+    # the same run in two reports, or one arm under two settings: one line naming them, nothing written
+    twice = _runs_csv(tmp_path / "twice", _auc_rows("rl_only", [0.3], first_seed=2, cfg_train_steps=10000))
+    assert pooled.main(["--reports", str(bench), str(twice), "--out", str(tmp_path / "x")]) == 2
+    assert "rl_only seed 2 is in more than one report" in capsys.readouterr().err
+    other = _runs_csv(tmp_path / "other", _auc_rows("rl_only", [0.3], first_seed=9, cfg_train_steps=20000))
+    assert pooled.main(["--reports", str(bench), str(other), "--out", str(tmp_path / "y")]) == 2
+    err = capsys.readouterr().err
+    assert "rl_only: cfg_train_steps differs between the runs: 10000 (" in err and "20000 (" in err
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()

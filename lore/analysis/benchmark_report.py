@@ -258,6 +258,17 @@ def not_below_line(stats: pd.DataFrame, runs_table: pd.DataFrame, env: str, othe
             f"reaches {other}'s mean {c.mean_y:.3f}: {strict}")
 
 
+def difference_line(runs_table: pd.DataFrame, env: str, a: str, b: str, settings: AnalysisSettings,
+                    what: str) -> str:
+    """AUC of ``a`` minus ``b`` with its bootstrap CI and the reading of the interval (a measurement, no target)."""
+    c = st.compare(per_run(runs_table, env, a, "auc"), per_run(runs_table, env, b, "auc"),
+                   confidence=settings.confidence, resamples=settings.resamples, seed=settings.seed)
+    d = c.difference
+    flag = "" if min(c.n_x, c.n_y) >= FEW_SEEDS else "†"
+    return (f"- {what}: AUC {a} − {b} = {d.estimate:+.3f} [{d.low:+.3f}, {d.high:+.3f}]{flag} "
+            f"(n = {c.n_x} vs {c.n_y}, P({a} > {b}) = {c.p_improve.estimate:.2f}) → {interval_word(d.low, d.high)}")
+
+
 def per_run(runs_table: pd.DataFrame, env: str, arm: str, metric: str) -> np.ndarray:
     """One value per run (seed) of ``arm`` on ``env`` (NaNs dropped)."""
     rows = runs_table[(runs_table["env"] == env) & (runs_table["ablation"] == arm)]
@@ -286,6 +297,9 @@ def targets(stats: pd.DataFrame, runs_table: pd.DataFrame, env: str, last: int,
         a_sr, b_sr = mean_of(stats, env, "full_adversarial", sr), mean_of(stats, env, "rl_only", sr)
         out.append(f"- `full_adversarial` final SR ≥ `rl_only` − 0.05: {a_sr:.2f} vs {b_sr:.2f} − 0.05 → "
                    f"{verdict(a_sr >= b_sr - 0.05)}")
+    if have("full_adversarial", "kl_adversarial"):
+        out.append(difference_line(runs_table, env, "full_adversarial", "kl_adversarial", settings,
+                                   "what `full` adds to `kl` (gate, trust, temperature, features) under the adversary"))
     if have("full_noisy", "full", "full_adversarial"):
         n, f, a = (mean_of(stats, env, x, auc) for x in ("full_noisy", "full", "full_adversarial"))
         out.append(f"- `full_noisy` AUC between adversarial and good: {a:.3f} ≤ {n:.3f} ≤ {f:.3f} → "

@@ -854,6 +854,8 @@ ARM_TEXT = {
     "features": "uses the LLM-written features only, without mixing",
     "full_plan": "adds latent planning seeded by the LLM's plan to \\texttt{full}",
     "full_distill": "adds PriorNet distillation to \\texttt{full}",
+    "kl_adversarial": ("is \\texttt{kl} under the adversarial advisor: a fixed $\\beta$ and KL control, without the "
+                       "gate, the advice trust, temperature alignment or features that \\texttt{full} adds"),
 }
 
 

@@ -33,6 +33,7 @@ DEFAULT_EFFECTS: dict[str, tuple[float, float]] = {
     "full_distill": (0.32, 0.97),
     "full_noisy": (0.45, 0.95),
     "full_adversarial": (0.60, 0.93),
+    "kl_adversarial": (0.75, 0.60),
 }
 
 
