@@ -532,3 +532,23 @@ def test_act_time_trust_gets_a_figure_row_only_where_it_is_not_the_absorption_tr
     assert act_trust_differs(same.assign(trust_act_llm=[0.5, 0.1]))
     assert not act_trust_differs(same.drop(columns="trust_act_llm"))  # runs from before the column existed
     assert not act_trust_differs(pd.DataFrame({"trust_llm": [None], "trust_act_llm": [None]}, dtype=float))
+
+
+def test_goals_report_the_unguarded_adversary_beside_the_low_regret_goal():
+    from lore.analysis.paper import goal_items
+    from lore.analysis.settings import AnalysisSettings
+
+    def row(arm, iqm, n=5):
+        return {"env": ENV, "ablation": arm, "metric": "final_sr", "iqm": iqm, "n": n}
+
+    empty = pd.DataFrame()
+    stats = pd.DataFrame([row("rl_only", 0.40), row("full_adversarial", 0.38), row("kl_adversarial", 0.05, 3)])
+    tables = Tables(runs=empty, eval_points=empty, stats=stats, improvement=empty, achievements=empty)
+    goals = [plain(g) for g in goal_items(tables, AnalysisSettings(), ENV)]
+    assert any(g.startswith("With an adversarial advisor") and r"\textbf{met}" in g for g in goals)
+    beside = [g for g in goals if g.startswith("Measured beside it")]
+    assert len(beside) == 1 and "0.05 against 0.38" in beside[0] and "= 3 and 5" in beside[0]
+    # without kl_adversarial runs nothing is said about it
+    tables = Tables(runs=empty, eval_points=empty, stats=stats[stats["ablation"] != "kl_adversarial"],
+                    improvement=empty, achievements=empty)
+    assert not any("beside it" in g for g in goal_items(tables, AnalysisSettings(), ENV))

@@ -619,6 +619,13 @@ def goal_items(tables: Tables, settings: AnalysisSettings, env: str | None) -> l
         verdict = "met" if ratio >= GOAL_ADVERSARIAL_RATIO else "not met"
         items.append(head + f"\\textbf{{{verdict}}} ({num(fmt_rate(adv['iqm']))} vs {num(fmt_rate(rl['iqm']))}, "
                             f"ratio {num(fmt_rate(ratio))}, {_ns(adv, rl)}{few(min(_n_of(adv), _n_of(rl)))}).")
+    unguarded = _stat(tables, env, "kl_adversarial", "final_sr")
+    if adv is not None and unguarded is not None:
+        # a measurement beside the goal, not a goal: the same adversary without the parts full adds to kl
+        items.append(f"Measured beside it, the same adversary without the gate, trust, temperature and features "
+                     f"({ablation_tex('kl_adversarial')}): final {_iqm_name(adv, unguarded)} success rate "
+                     f"{num(fmt_rate(unguarded['iqm']))} against {num(fmt_rate(adv['iqm']))} for "
+                     f"{ablation_tex('full_adversarial')} ({_ns(unguarded, adv)}{few(min(_n_of(adv), _n_of(unguarded)))}).")
     return items
 
 
