@@ -73,7 +73,8 @@ def markdown(runs: pd.DataFrame, stats: pd.DataFrame, settings: AnalysisSettings
     for env in sorted(runs["env"].unique()):
         budgets = settings.budgets_for(env)
         lines += [f"## {env}", ""] + arm_table(summary, env, budgets) + [""]
-        lines += ["Targets (issue 9) on the pooled runs:", ""] + targets(stats, runs, env, budgets[-1], settings) + [""]
+        lines += ["Targets (issue 9) on the pooled runs:", ""] + (targets(stats, runs, env, budgets[-1], settings)
+                                                                 or ["- none: no arm that a target compares"]) + [""]
     return "\n".join(lines)
 
 

@@ -338,7 +338,8 @@ def markdown_report(stats: pd.DataFrame, runs_table: pd.DataFrame, settings: Ana
     for env in sorted(runs_table["env"].unique()):
         budgets = settings.budgets_for(env)
         lines += [f"## {env}", ""] + arm_table(summary, env, budgets) + [""]
-        lines += ["Targets (issue 9):", ""] + targets(stats, runs_table, env, budgets[-1], settings) + [""]
+        lines += ["Targets (issue 9):", ""] + (targets(stats, runs_table, env, budgets[-1], settings)
+                                              or ["- none: no arm that a target compares ran here"]) + [""]
         lines += prior_rows(runs_table[runs_table["env"] == env]) + [""]
         lines += signal_separation(runs_table[runs_table["env"] == env], settings)
         lines += loop_speed(runs_table[runs_table["env"] == env], settings)
