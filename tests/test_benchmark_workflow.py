@@ -298,7 +298,7 @@ def test_the_not_below_target_reads_the_difference_ci_and_prints_the_stricter_re
     ("trust_failures", "bench_trust_failures", " --set prior.trust_failures=true",
      {"full_adversarial"}, 5, "docs/benchmark/trust_failures"),
     # not experiments: the benchmark's own settings, run again on newer code or for more seeds
-    ("rerun_current", "bench_rerun_current", "", {"rl_only", "kl", "full", "full_adversarial"}, 4 * 5,
+    ("rerun_current", "bench_rerun_current", "", {"rl_only", "kl", "full", "full_adversarial", "full_noisy"}, 5 * 5,
      "docs/benchmark/rerun_current"),
     # not an experiment: a subset of the benchmark's own runs, into the benchmark's own report
     ("benchmark_main_arms", "bench", "", {"rl_only", "kl", "full", "full_noisy", "full_adversarial"}, 5 * 5,
