@@ -407,6 +407,8 @@ def test_pooled_report_pools_seeds_of_one_configuration_and_reads_the_targets_on
     # the extra arm is compared with full_adversarial on its own line, from the difference's interval
     line = next(x for x in text.splitlines() if "AUC full_adversarial − kl_adversarial" in x)
     assert "= +0.040 [" in line and "n = 5 vs 5" in line and line.endswith("→ higher")
+    regret = next(x for x in text.splitlines() if "AUC full_adversarial − rl_only" in x)
+    assert "= +0.000 [" in regret and "n = 5 vs 10" in regret and regret.endswith("→ no evidence of a difference")
     assert len(pd.read_csv(out / "tables" / "runs.csv")) == 20
 
     # the same run in two reports, or one arm under two settings: one line naming them, nothing written

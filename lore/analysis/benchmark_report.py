@@ -297,6 +297,8 @@ def targets(stats: pd.DataFrame, runs_table: pd.DataFrame, env: str, last: int,
         a_sr, b_sr = mean_of(stats, env, "full_adversarial", sr), mean_of(stats, env, "rl_only", sr)
         out.append(f"- `full_adversarial` final SR ≥ `rl_only` − 0.05: {a_sr:.2f} vs {b_sr:.2f} − 0.05 → "
                    f"{verdict(a_sr >= b_sr - 0.05)}")
+        out.append(difference_line(runs_table, env, "full_adversarial", "rl_only", settings,
+                                   "the regret itself, seeds resampled"))
     if have("full_adversarial", "kl_adversarial"):
         out.append(difference_line(runs_table, env, "full_adversarial", "kl_adversarial", settings,
                                    "what `full` adds to `kl` (gate, trust, temperature, features) under the adversary"))
