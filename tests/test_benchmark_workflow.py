@@ -11,6 +11,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pandas as pd
@@ -420,3 +421,35 @@ def test_pooled_report_pools_seeds_of_one_configuration_and_reads_the_targets_on
     err = capsys.readouterr().err
     assert "rl_only: cfg_train_steps differs between the runs: 10000 (" in err and "20000 (" in err
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+
+
+def test_grid_parallel_merges_configs_like_snakemake_and_archives_runs_without_checkpoints(tmp_path):
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import grid_parallel as gp
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    from lore.analysis.grid import TrainJob
+
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text("results_root: r\nrun:\n  train.steps: 700\ngrid:\n  - envs: [MiniGrid-LavaGapS5-v0]\n"
+                       "    ablations: [rl_only]\n    seeds: [7]\n")
+    config = gp.merged_config([BENCHMARK, overlay])
+    # mappings merge key by key (run: keeps the benchmark's other settings), lists and scalars are replaced
+    assert config["run"]["train.steps"] == 700 and config["run"]["model.preset"] == "debug"
+    assert config["grid"] == [{"envs": ["MiniGrid-LavaGapS5-v0"], "ablations": ["rl_only"], "seeds": [7]}]
+    job = TrainJob("MiniGrid-LavaGapS5-v0", "rl_only", 7, "r/runs")
+    command = gp.job_command(config, job)
+    assert command.startswith(f"exec {sys.executable} -m lore.cli train --run-dir r/runs/MiniGrid-LavaGapS5-v0/rl_only/seed7 ")
+    assert train_command_args(config, job.env, job.ablation, job.seed) in command
+    assert command.endswith(">> r/runs/MiniGrid-LavaGapS5-v0/rl_only/seed7/train.log 2>&1")
+
+    run = tmp_path / job.run_dir
+    run.mkdir(parents=True)
+    for name in ("eval.csv", "done", "checkpoint.pt", ".lock"):
+        (run / name).write_text(name)
+    archive = tmp_path / "out" / "runs.tar.gz"
+    gp.write_archive([TrainJob(job.env, job.ablation, job.seed, str(tmp_path / "r/runs"))], archive)
+    with tarfile.open(archive) as tar:
+        names = sorted(Path(n).name for n in tar.getnames())
+    assert names == ["done", "eval.csv"]
