@@ -29,6 +29,7 @@ from pathlib import Path
 import yaml
 
 from lore.analysis.grid import check_workflow_config, grid_jobs, train_command_args
+from lore.config import deep_merge
 
 ARCHIVE_SKIP = ("checkpoint.pt", ".lock")
 """Run files left out of the archive: the checkpoint (model, optimiser and replay; ~80 MB) and the run lock."""
@@ -36,18 +37,12 @@ ARCHIVE_SKIP = ("checkpoint.pt", ".lock")
 
 def merged_config(paths: list[Path]) -> dict:
     """Config files merged like ``snakemake --configfile``: later files update earlier ones, nested dicts key by key."""
-    def update(base: dict, new: dict) -> dict:
-        for key, value in new.items():
-            base[key] = update(dict(base[key]), value) if isinstance(value, dict) and isinstance(base.get(key), dict) \
-                else value
-        return base
-
     config: dict = {}
     for path in paths:
         loaded = yaml.safe_load(path.read_text()) or {}
         if not isinstance(loaded, dict):
             raise SystemExit(f"grid_parallel: error: {path}: a workflow config must be a mapping")
-        update(config, loaded)
+        config = deep_merge(config, loaded)
     return config
 
 

@@ -22,7 +22,7 @@ import pandas as pd
 import yaml
 
 from lore.analysis.aggregate import stats_table
-from lore.analysis.benchmark_report import arm_table, episodes_per_point, summary_table, targets
+from lore.analysis.benchmark_report import arm_table, episodes_per_point, summary_table, targets_block
 from lore.analysis.latex import FEW_SEEDS
 from lore.analysis.settings import AnalysisSettings
 from lore.utils.io import atomic_write_text
@@ -73,8 +73,7 @@ def markdown(runs: pd.DataFrame, stats: pd.DataFrame, settings: AnalysisSettings
     for env in sorted(runs["env"].unique()):
         budgets = settings.budgets_for(env)
         lines += [f"## {env}", ""] + arm_table(summary, env, budgets) + [""]
-        lines += ["Targets (issue 9) on the pooled runs:", ""] + (targets(stats, runs, env, budgets[-1], settings)
-                                                                 or ["- none: no arm that a target compares"]) + [""]
+        lines += targets_block(stats, runs, env, budgets[-1], settings, "Targets (issue 9) on the pooled runs:")
     return "\n".join(lines)
 
 

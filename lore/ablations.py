@@ -12,6 +12,7 @@ _LLM_ON = {"llm.backend": "scripted"}
 _NO_LLM = {"llm.backend": "none", "prior.enabled": False, "features.enabled": False,
            "plan.enabled": False, "distill.enabled": False}
 _MIX = {**_LLM_ON, "prior.enabled": True}
+_KL = {**_MIX, "prior.gate": "fixed", "prior.kl_mode": "lagrangian"}
 _FULL = {**_MIX, "prior.gate": "uncertainty", "prior.kl_mode": "lagrangian", "prior.trust": True,
          "prior.align_temperature": True, "features.enabled": True}
 
@@ -23,7 +24,7 @@ ABLATIONS: dict[str, dict[str, object]] = {
     # Mixing gated by state uncertainty, no KL control.
     "gate": {**_MIX, "prior.gate": "uncertainty", "prior.kl_mode": "none"},
     # Fixed beta held in check by KL control (act-time trust region + absorption Lagrangian).
-    "kl": {**_MIX, "prior.gate": "fixed", "prior.kl_mode": "lagrangian"},
+    "kl": dict(_KL),
     # LLM feature code only (late fusion), no prior mixing.
     "features": {**_LLM_ON, "prior.enabled": False, "features.enabled": True},
     # Everything: gate + advice trust + KL control + temperature alignment + features.
@@ -36,7 +37,7 @@ ABLATIONS: dict[str, dict[str, object]] = {
     "full_noisy": {**_FULL, "advisor.mode": "noisy", "advisor.accuracy": 0.5},
     "full_adversarial": {**_FULL, "advisor.mode": "adversarial"},
     # The kl arm (no gate, no advice trust) under the adversarial advisor: what the trust protects against.
-    "kl_adversarial": {**_MIX, "prior.gate": "fixed", "prior.kl_mode": "lagrangian", "advisor.mode": "adversarial"},
+    "kl_adversarial": {**_KL, "advisor.mode": "adversarial"},
 }
 
 

@@ -431,11 +431,12 @@ def to_dict(cfg: Any) -> dict:
     return dataclasses.asdict(cfg)
 
 
-def _deep_merge(base: dict, update: dict) -> dict:
+def deep_merge(base: dict, update: dict) -> dict:
+    """``update`` over ``base``, nested mappings key by key (as ``snakemake --configfile A B`` merges)."""
     out = dict(base)
     for key, value in update.items():
         if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _deep_merge(out[key], value)
+            out[key] = deep_merge(out[key], value)
         else:
             out[key] = value
     return out
@@ -588,11 +589,11 @@ def build_config(
     data = dict(file_data or {})
     override_tree: dict = {}
     for text in overrides or []:
-        override_tree = _deep_merge(override_tree, parse_override(text))
+        override_tree = deep_merge(override_tree, parse_override(text))
     name = ablation or override_tree.get("ablation") or data.get("ablation") or RunConfig.ablation
-    data = _deep_merge(data, nested_from_dotted(ablation_overrides(name)))
+    data = deep_merge(data, nested_from_dotted(ablation_overrides(name)))
     data["ablation"] = name
-    data = _deep_merge(data, override_tree)
+    data = deep_merge(data, override_tree)
     cfg = _from_dict(RunConfig, data)
     cfg.model = resolve_model(cfg.model)
     validate_semantics(cfg)

@@ -245,9 +245,7 @@ def not_below_line(stats: pd.DataFrame, runs_table: pd.DataFrame, env: str, othe
     evidence that ``full`` is worse); the stricter one-sided reading (``full``'s own upper bound at or above
     ``other``'s mean) is printed next to it, so a reader sees both.
     """
-    full_runs, other_runs = (per_run(runs_table, env, a, "auc") for a in ("full", other))
-    c = st.compare(full_runs, other_runs, confidence=settings.confidence, resamples=settings.resamples,
-                   seed=settings.seed)
+    c = compare_auc(runs_table, env, "full", other, settings)
     d, p = c.difference, c.p_improve
     full_high = float(stat(stats, env, "full", "auc")["mean_high"])
     strict = "holds" if full_high >= c.mean_y else "fails"
@@ -261,12 +259,17 @@ def not_below_line(stats: pd.DataFrame, runs_table: pd.DataFrame, env: str, othe
 def difference_line(runs_table: pd.DataFrame, env: str, a: str, b: str, settings: AnalysisSettings,
                     what: str) -> str:
     """AUC of ``a`` minus ``b`` with its bootstrap CI and the reading of the interval (a measurement, no target)."""
-    c = st.compare(per_run(runs_table, env, a, "auc"), per_run(runs_table, env, b, "auc"),
-                   confidence=settings.confidence, resamples=settings.resamples, seed=settings.seed)
+    c = compare_auc(runs_table, env, a, b, settings)
     d = c.difference
     flag = "" if min(c.n_x, c.n_y) >= FEW_SEEDS else "†"
     return (f"- {what}: AUC {a} − {b} = {d.estimate:+.3f} [{d.low:+.3f}, {d.high:+.3f}]{flag} "
             f"(n = {c.n_x} vs {c.n_y}, P({a} > {b}) = {c.p_improve.estimate:.2f}) → {interval_word(d.low, d.high)}")
+
+
+def compare_auc(runs_table: pd.DataFrame, env: str, a: str, b: str, settings: AnalysisSettings):
+    """Bootstrap comparison of the per-run AUCs of arms ``a`` and ``b`` on ``env`` (seeds resampled per arm)."""
+    return st.compare(per_run(runs_table, env, a, "auc"), per_run(runs_table, env, b, "auc"),
+                      confidence=settings.confidence, resamples=settings.resamples, seed=settings.seed)
 
 
 def per_run(runs_table: pd.DataFrame, env: str, arm: str, metric: str) -> np.ndarray:
@@ -321,6 +324,13 @@ def targets(stats: pd.DataFrame, runs_table: pd.DataFrame, env: str, last: int,
     return out
 
 
+def targets_block(stats: pd.DataFrame, runs_table: pd.DataFrame, env: str, last: int, settings: AnalysisSettings,
+                  heading: str) -> list[str]:
+    """``heading``, then the target lines of :func:`targets` (or one line saying none applies), then a blank."""
+    lines = targets(stats, runs_table, env, last, settings) or ["- none: no arm that a target compares ran here"]
+    return [heading, ""] + lines + [""]
+
+
 def episodes_per_point(runs_table: pd.DataFrame) -> str:
     """"20 episodes per point" from the runs' own configs (several values are listed)."""
     if "cfg_eval_episodes" not in runs_table or runs_table["cfg_eval_episodes"].isna().all():
@@ -340,8 +350,7 @@ def markdown_report(stats: pd.DataFrame, runs_table: pd.DataFrame, settings: Ana
     for env in sorted(runs_table["env"].unique()):
         budgets = settings.budgets_for(env)
         lines += [f"## {env}", ""] + arm_table(summary, env, budgets) + [""]
-        lines += ["Targets (issue 9):", ""] + (targets(stats, runs_table, env, budgets[-1], settings)
-                                              or ["- none: no arm that a target compares ran here"]) + [""]
+        lines += targets_block(stats, runs_table, env, budgets[-1], settings, "Targets (issue 9):")
         lines += prior_rows(runs_table[runs_table["env"] == env]) + [""]
         lines += signal_separation(runs_table[runs_table["env"] == env], settings)
         lines += loop_speed(runs_table[runs_table["env"] == env], settings)
