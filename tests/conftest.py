@@ -16,3 +16,32 @@ def _quiet_torch_threads():
 @pytest.fixture
 def repo_root():
     return REPO
+
+
+@pytest.fixture
+def broken_minigrid_ids():
+    """Two registered ``MiniGrid-*`` ids that cannot run, as an injected fault: one fails to build, one to reset.
+
+    Like the ``MiniGrid-WFC-*`` ids of the minigrid 3.0 wheel (their pattern images are not shipped), they
+    pass the registry check of the config and fail only when used.
+    """
+    import gymnasium
+    from minigrid.envs import EmptyEnv
+
+    class FailsToBuild(EmptyEnv):
+        def __init__(self, **kwargs):
+            raise FileNotFoundError("patterns/Injected.png")
+
+    class FailsToReset(EmptyEnv):
+        def __init__(self, **kwargs):
+            super().__init__(size=5, **kwargs)
+
+        def reset(self, **kwargs):
+            raise FileNotFoundError("patterns/Injected.png")
+
+    ids = {"build": "MiniGrid-LoreInjectedBuildFault-v0", "reset": "MiniGrid-LoreInjectedResetFault-v0"}
+    gymnasium.register(ids["build"], entry_point=FailsToBuild)
+    gymnasium.register(ids["reset"], entry_point=FailsToReset)
+    yield ids
+    for name in ids.values():
+        gymnasium.registry.pop(name, None)

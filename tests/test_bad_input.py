@@ -523,6 +523,13 @@ def test_cuda_without_a_gpu(sandbox, capsys):
     reject(capsys, sandbox, ["--device", "cuda"], "device")
 
 
+@pytest.mark.parametrize("fault", ["build", "reset"])
+def test_a_registered_env_that_cannot_run_here(sandbox, capsys, broken_minigrid_ids, fault):
+    """The registry accepts the id; building or resetting it fails: one line naming env.name, nothing written."""
+    reject(capsys, sandbox, ["--set", f"env.name={broken_minigrid_ids[fault]}"],
+           f"env.name: {broken_minigrid_ids[fault]} cannot be {'built' if fault == 'build' else 'reset'} here")
+
+
 # --------------------------------------------------------------------------- `lore config` rejects the same input
 
 

@@ -115,6 +115,14 @@ def test_invalid_config_names_the_field(change, field):
     assert field in str(err.value)
 
 
+@pytest.mark.parametrize("fault", ["build", "reset"])
+def test_an_env_that_cannot_run_here_fails_the_grid_check(broken_minigrid_ids, fault):
+    config = {**_config(), "envs": [broken_minigrid_ids[fault]]}
+    with pytest.raises(GridError) as err:
+        check_workflow_config(config, environ={})
+    assert str(err.value).startswith(f"envs: {broken_minigrid_ids[fault]} cannot be")
+
+
 def test_gemini_backend_accepted_with_a_key_and_never_applied_to_rl_only():
     config = {**_config(), "llm_backend": "gemini"}
     check_workflow_config(config, environ={"GEMINI_API_KEY": "test-key"})

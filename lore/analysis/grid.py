@@ -232,16 +232,26 @@ def check_workflow_config(config: dict, environ: dict | None = None) -> list[Tra
             file_data = load_yaml(path)
         except ConfigError as e:
             raise GridError(f"run_config: {e}") from None
+    from lore.envs.factory import probe_env
+
+    probed: set[str] = set()  # each distinct env section built once
     first_seed = {}  # one run per (env, ablation): the seed only names the run's own cache
     for job in jobs:
         first_seed.setdefault((job.env, job.ablation), job.seed)
     for (env, ablation), seed in first_seed.items():
         overrides = [f"{k}={json.dumps(v)}" for k, v in run_overrides(config, env, ablation, seed).items()]
+        where = "env_run." + env if env in (config.get("env_run") or {}) else "run"
         try:
-            build_config(file_data, overrides, ablation)
+            cfg = build_config(file_data, overrides, ablation)
         except ConfigError as e:
-            where = "env_run." + env if env in (config.get("env_run") or {}) else "run"
             raise GridError(f"{where}: {e} (run {env} / {ablation})") from None
+        env_key = repr(cfg.env)
+        if env_key not in probed:
+            probed.add(env_key)
+            try:
+                probe_env(cfg.env)
+            except ValueError as e:
+                raise GridError(f"envs: {e}") from None
 
     try:
         AnalysisSettings.from_mapping(config.get("analysis"))

@@ -49,3 +49,25 @@ def make_env_from_config(env_cfg: EnvConfig, seed: int) -> LoreEnv:
     return make_env(env_cfg.name, seed, obs=env_cfg.obs, view=env_cfg.view,
                     max_episode_steps=env_cfg.max_episode_steps,
                     crafter_area=env_cfg.crafter_area, crafter_view=env_cfg.crafter_view)
+
+
+def probe_env(env_cfg: EnvConfig) -> None:
+    """Build ``env_cfg``'s environment and reset it once; ``ValueError`` naming it if that fails.
+
+    A registered id is not proof that the environment can run here: the ``MiniGrid-WFC-*`` ids of the
+    minigrid 3.0 wheel, for one, load pattern images that the wheel does not ship. Called before a run
+    writes anything (``lore train``) and when the workflow checks its grid, so such an env fails with one
+    line instead of a traceback after the run directory exists.
+    """
+    try:
+        env = make_env_from_config(env_cfg, seed=0)
+    except ValueError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any failure of a third-party constructor is reported as such
+        raise ValueError(f"{env_cfg.name} cannot be built here ({type(e).__name__}: {e})") from None
+    try:
+        env.reset(seed=0)
+    except Exception as e:  # noqa: BLE001
+        raise ValueError(f"{env_cfg.name} cannot be reset here ({type(e).__name__}: {e})") from None
+    finally:
+        env.close()

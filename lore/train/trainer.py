@@ -77,8 +77,15 @@ def prepare_run_dir(run_dir: Path) -> None:
 
 def preflight(cfg: RunConfig) -> None:
     """What ``cfg`` needs from this machine, checked before the run directory is created so that bad input
-    leaves nothing behind: the device, and the files and the key the LLM backend will open."""
+    leaves nothing behind: the device, the environment (built and reset once), and the files and the key the
+    LLM backend will open."""
     resolve_device(cfg.device)
+    from lore.envs.factory import probe_env
+
+    try:
+        probe_env(cfg.env)
+    except ValueError as e:
+        raise ConfigError(f"env.name: {e}") from None
     llm = cfg.llm
     if llm.backend == "replay":
         from lore.llm.backends import LLMConfigError, ReplayBackend
