@@ -190,3 +190,34 @@ def test_scripted_answer_carries_features_code_when_asked():
     assert "def compute_features(obs)" in raw["features_code"]
     raw = advisor.advise(env.state_snapshot(), "minigrid", env.action_names, with_features=False)
     assert "features_code" not in raw
+
+
+@pytest.mark.parametrize("name", ["MiniGrid-DoorKey-6x6-v0", "MiniGrid-KeyCorridorS3R1-v0", "MiniGrid-LavaGapS5-v0"])
+def test_the_search_cache_gives_the_distances_of_a_fresh_search(name, monkeypatch):
+    """Along a random walk that picks up keys and opens doors (the grid changes), the cached cost-to-go of the
+    agent's state and of every successor equals a search made from scratch at that state."""
+    from lore.llm.scripted import minigrid as mg
+
+    env = make_env(name, seed=11)
+    env.reset(seed=11)
+    rng = np.random.default_rng(3)
+    search, searches = mg._search, []
+    monkeypatch.setattr(mg, "_search", lambda *args: searches.append(1) or search(*args))
+    for _ in range(60):
+        snapshot = env.state_snapshot()
+        model = mg.grid_model(snapshot["grid"])
+        carrying = tuple(int(v) for v in np.asarray(snapshot["carrying"]).reshape(-1)[:2])
+        start = mg.initial_state(model, snapshot)
+        cached = mg.cost_to_go(model, start, carrying)
+        fresh = search(model, start, carrying, mg._TIE_ORDER)
+        assert (cached is None) == (fresh is None)
+        if fresh is not None:
+            for action in mg._TIE_ORDER:
+                nxt = mg.mg_transition(model, start, action, carrying)
+                assert cached.get(nxt) == fresh[1].get(nxt), (action, nxt)
+            assert cached.get(start) == fresh[1].get(start)
+        # forward, turns, pickup and toggle: the walk changes the grid now and then
+        _, _, terminated, truncated, _ = env.step(int(rng.choice([0, 1, 2, 2, 3, 5])))
+        if terminated or truncated:
+            env.reset(seed=int(rng.integers(1000)))
+    assert 0 < len(searches) < 30  # the walk reused searches, and searched again when the grid changed
