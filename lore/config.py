@@ -224,6 +224,10 @@ class PriorConfig:
     trust_act_floor: float = 0.0
     """Act-time trust below which advice stops acting: beta scales by clip((trust - floor) / (0.5 - floor), 0, 1)
     (lore.prior.trust.act_scale); 0 = min(1, 2 * trust). Not measured beyond one seed (config/trust_act_floor.yaml)."""
+    trust_act_pooled: bool = False
+    """Cap the act-time trust of the LLM's plan and of PriorNet's answers by the LLM's own act-time trust,
+    ``min(own, llm)`` (lore.prior.trust.AdviceTrust.act_value): evidence that the LLM's answers hurt counts
+    against the other forms of its advice. Measured as an overlay: config/trust_act_pooled.yaml."""
     trust_failures: bool = False
     """Count failures (episodes the env ended on a step without positive reward: the lava, a death) of
     advised vs control episodes as harm evidence (lore.prior.trust.EpisodeComparison); needs control episodes.

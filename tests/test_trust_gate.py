@@ -701,6 +701,34 @@ def test_act_time_trust_reads_the_returns_alone_when_asked(evidence):
     assert float(beta[0]) == pytest.approx(min(1.0, 2 * expected), rel=1e-5)
 
 
+@pytest.mark.parametrize("pooled", [False, True])
+def test_pooled_act_trust_caps_the_plan_and_priornet_by_the_llm(pooled):
+    """``trust_act_pooled``: the LLM's answers rated harmful damp its plan and PriorNet's answers at act time,
+    which have no evidence of their own (0.5, full strength without pooling); good LLM advice lifts nothing
+    above a source's own trust, and the absorption trust is left as it was."""
+    gen = torch.Generator().manual_seed(7)
+    cfg = prior_cfg(gate="fixed", beta_max=1.0, trust=True, trust_decay=0.9, trust_act_pooled=pooled)
+    layer = PriorLayer(cfg, A, num_envs=3)
+    feed_advice(layer, gen, LLM, "worst")
+    llm = layer.trust.act_value("llm")
+    assert llm < 0.2
+    for name in ("plan", "surrogate"):
+        assert layer.trust.value(name) == 0.5  # no evidence of its own
+        assert layer.trust.act_value(name) == pytest.approx(llm if pooled else 0.5)
+    logits, prior = torch.zeros(3, A), one_hot_advice(torch.tensor([0, 0, 0]))
+    _, beta = layer.act(logits, prior, torch.ones(3), None, 0, source=torch.tensor([LLM, PLAN, SURROGATE]))
+    expected_derived = 2 * llm if pooled else 1.0
+    assert beta.tolist() == pytest.approx([2 * llm, expected_derived, expected_derived], abs=1e-5)
+    assert layer.metrics()["trust_plan"] == 0.5
+
+    good = PriorLayer(cfg, A, num_envs=1)
+    feed_advice(good, gen, LLM, "best")
+    feed_advice(good, gen, PLAN, "worst")
+    assert good.trust.act_value("llm") > 0.8
+    assert good.trust.act_value("plan") == pytest.approx(good.trust.value("plan"))  # never lifted by the LLM's
+    assert good.trust.act_value("plan") < 0.2
+
+
 # --------------------------------------------------------------------------- act-time floor, failure evidence
 
 

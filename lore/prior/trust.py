@@ -232,7 +232,7 @@ class AdviceTrust:
     """Bias-corrected EMA of the batch-mean value z-score, one per advice source."""
 
     def __init__(self, decay: float, gain: float, episode_dead_zone: float = 1.0, act_evidence: str = "combined",
-                 failures: bool = False):
+                 failures: bool = False, act_pooled: bool = False):
         if not 0.0 <= decay < 1.0:
             raise ValueError(f"prior.trust_decay must be in [0, 1), got {decay}")
         if not gain > 0:
@@ -246,6 +246,7 @@ class AdviceTrust:
             raise ValueError(f"prior.trust_act_evidence must be combined|returns, got {act_evidence!r}")
         self.act_evidence = act_evidence
         self.failures = bool(failures)
+        self.act_pooled = bool(act_pooled)
         self._ema = {name: 0.0 for name in ADVICE_SOURCES}
         self._count = {name: 0 for name in ADVICE_SOURCES}
         self._last_z = {name: math.nan for name in ADVICE_SOURCES}
@@ -301,7 +302,22 @@ class AdviceTrust:
         not), while the episode t was positive for it and negative for the adversary in both environments.
         Measured as an overlay (config/trust_act_returns.yaml, n = 5): it detects the adversary on LavaGapS5
         earlier but changes no arm's learning curve beyond noise, so ``combined`` stays the default.
+
+        ``act_pooled`` (``prior.trust_act_pooled``): the plan's and PriorNet's act-time trust is capped by the
+        LLM's own, ``min(own, llm)``. Both are the LLM's advice in another form (the plan comes in the same
+        answer; PriorNet answers only while it says what the LLM would say), so evidence that the LLM's answers
+        hurt is evidence against them too. Without it, a source with little evidence of its own sits at the
+        uninformed 0.5 and acts at full strength: measured on LavaGapS5 (full_adversarial, seeds 10-15), the plan's
+        trust drifted back to 0.50 while the LLM's stayed at 0.01-0.3, and beta applied rose to 0.2-0.56 late in
+        the run. Harm first, as in :func:`harm_first`: the cap only lowers.
         """
+        own = self._own_act_value(name)
+        if self.act_pooled and name != "llm":
+            return min(own, self._own_act_value("llm"))
+        return own
+
+    def _own_act_value(self, name: str) -> float:
+        """:meth:`act_value` from ``name``'s own evidence (no pooling with the LLM's)."""
         if self.act_evidence == "combined":
             return self.value(name)
         return trust_from_evidence(harm_first(self.episodes.t_statistic(), self.episode_dead_zone)
