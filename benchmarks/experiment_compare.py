@@ -50,8 +50,9 @@ def comparison_rows(baseline: pd.DataFrame, experiment: pd.DataFrame, seed: int 
     return rows
 
 
-def markdown(rows: list[dict], title: str) -> str:
-    lines = [f"# {title}: against the benchmark's runs", "",
+def markdown(rows: list[dict], title: str, baseline: str = "docs/benchmark") -> str:
+    against = "the benchmark's runs" if baseline == "docs/benchmark" else f"the runs of `{baseline}`"
+    lines = [f"# {title}: against {against}", "",
              "Written by `benchmarks/experiment_compare.py` from the two reports' `tables/runs.csv`; do not edit. "
              "Per arm and metric: the experiment's mean, the benchmark's, their difference with its 95% bootstrap "
              f"CI (seeds resampled within each group), n on both sides († fewer than {FEW_SEEDS}) and P(a run of "
@@ -81,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"experiment_compare: no (env, arm) of {tables[1]} is in {tables[0]}", file=sys.stderr)
         return 1
     out = args.experiment / "comparison.md"
-    text = markdown(rows, args.title or args.experiment.name)
+    text = markdown(rows, args.title or args.experiment.name, str(args.baseline).rstrip("/"))
     tmp = out.with_suffix(".md.tmp")
     tmp.write_text(text)
     tmp.replace(out)
