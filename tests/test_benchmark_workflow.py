@@ -374,6 +374,7 @@ def test_experiment_comparison_reads_each_difference_from_its_interval(tmp_path,
     exp = table(tmp_path / "exp", {"full": [0.80, 0.82, 0.81, 0.79, 0.83], "only_here": [0.1, 0.2, 0.3]})
     assert cmp.main(["--experiment", str(exp), "--baseline", str(base), "--title", "T"]) == 0
     text = (exp / "comparison.md").read_text()
+    assert text.startswith(f"# T: against the runs of `{base}`\n")  # a baseline other than the benchmark is named
     rows = [line for line in text.splitlines() if line.startswith("| E |")]
     assert len(rows) == 2  # full x (AUC, final SR); only_here and kl are on one side only
     auc = next(r for r in rows if "| AUC |" in r)
