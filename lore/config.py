@@ -224,6 +224,10 @@ class PriorConfig:
     trust_act_floor: float = 0.0
     """Act-time trust below which advice stops acting: beta scales by clip((trust - floor) / (0.5 - floor), 0, 1)
     (lore.prior.trust.act_scale); 0 = min(1, 2 * trust). Not measured beyond one seed (config/trust_act_floor.yaml)."""
+    trust_act_uninformed: float = 1.0
+    """Act-time scale of advice at the uninformed trust 0.5, in (0, 1]: below 1, advice acts at this share of
+    beta before any evidence and earns full strength only as its trust rises to 1 (lore.prior.trust.act_scale).
+    Measured as an overlay: config/trust_act_uninformed.yaml."""
     trust_act_pooled: bool = False
     """Cap the act-time trust of the LLM's plan and of PriorNet's answers by the LLM's own act-time trust,
     ``min(own, llm)`` (lore.prior.trust.AdviceTrust.act_value): evidence that the LLM's answers hurt counts
@@ -751,6 +755,7 @@ LIMITS: dict[str, Limit] = {
     "prior.trust_decay": _DECAY,
     "prior.trust_dead_zone": _closed(0.0, 100.0),
     "prior.trust_act_floor": Limit(0.0, 0.5, hi_open=True),  # 0.5 would cut off uninformed advice
+    "prior.trust_act_uninformed": Limit(0.0, 1.0, lo_open=True),  # 0 would never act, so never earn trust
     "prior.trust_min_gap": Limit(0.0, MAX_SCALE, lo_open=True),
     "prior.trust_states": _closed(1, 1_000_000),
     "prior.advice_samples": _closed(1, 64),

@@ -300,6 +300,10 @@ def test_the_not_below_target_reads_the_difference_ci_and_prints_the_stricter_re
      {"full_adversarial"}, 5, "docs/benchmark/trust_failures"),
     ("trust_act_pooled", "bench_trust_act_pooled", " --set prior.trust_act_pooled=true",
      {"full", "full_adversarial"}, 10 + 2 * 5, "docs/benchmark/trust_act_pooled"),
+    ("trust_act_uninformed", "bench_trust_act_uninformed", " --set prior.trust_act_uninformed=0.5",
+     {"full", "full_adversarial"}, 10 + 2 * 5, "docs/benchmark/trust_act_uninformed"),
+    ("no_features", "bench_no_features", " --set features.enabled=false",
+     {"full", "full_adversarial"}, 10 + 5, "docs/benchmark/no_features"),
     # not experiments: the benchmark's own settings, run again on newer code or for more seeds
     ("rerun_current", "bench_rerun_current", "", {"rl_only", "kl", "full", "full_adversarial", "full_noisy"}, 5 * 5,
      "docs/benchmark/rerun_current"),

@@ -116,6 +116,8 @@ def test_parse_override_parses_yaml_values():
     ("prior.control_allocation=matching prior.control_episodes=0", "prior.control_allocation='matching' needs"),
     ("prior.control_allocation=thompson", "prior.control_allocation"),
     ("prior.trust_act_floor=-0.1", "prior.trust_act_floor"),
+    ("prior.trust_act_uninformed=0", "prior.trust_act_uninformed"),
+    ("prior.trust_act_uninformed=1.2", "prior.trust_act_uninformed"),
     ("prior.gate_full_at=0", "prior.gate_full_at"),
 ])
 def test_semantic_checks_name_the_new_keys(override, needle):

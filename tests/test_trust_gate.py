@@ -868,3 +868,26 @@ def test_control_episodes_follow_the_allocation(allocation):
     # No control episodes asked for (the evaluation with the prior): none drawn, whatever the allocation.
     off = PriorLayer(prior_cfg(trust=True, control_episodes=0.0, control_allocation=allocation), A, num_envs=8)
     assert off.control_share() == 0.0
+
+
+def test_uninformed_advice_acts_at_the_set_share_and_earns_full_strength_with_trust():
+    from lore.prior.trust import act_scale
+
+    trust = torch.tensor([0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0])
+    # the default is the unchanged min(1, 2 trust)
+    assert act_scale(trust, 0.0, 1.0).tolist() == pytest.approx(act_scale(trust, 0.0).tolist())
+    # 0.5: the scale is the trust itself
+    assert act_scale(trust, 0.0, 0.5).tolist() == pytest.approx(trust.tolist())
+    # with a floor: 0 up to it, the uninformed share at 0.5, full strength only at trust 1
+    assert act_scale(trust, 0.25, 0.4).tolist() == pytest.approx([0.0, 0.0, 0.0, 0.4, 0.7, 0.88, 1.0])
+    scale = act_scale(torch.linspace(0, 1, 101), 0.1, 0.3)
+    assert bool((scale.diff() >= -1e-7).all())  # never falls as the trust rises
+    for bad in (0.0, -0.5, 1.5):
+        with pytest.raises(ValueError, match="trust_act_uninformed"):
+            act_scale(trust, 0.0, bad)
+    # through the layer: uninformed advice (no evidence yet) acts at the set share of beta
+    layer = PriorLayer(prior_cfg(gate="fixed", trust=True, trust_act_uninformed=0.5), A)
+    assert layer.trust.act_value("llm") == 0.5
+    logits, prior = torch.zeros(1, A), one_hot_advice(torch.tensor([0]))
+    _, beta = layer.act(logits, prior, torch.ones(1), None, 0, source=torch.tensor([LLM]))
+    assert float(beta[0]) == pytest.approx(0.5 * layer.cfg.beta_max)

@@ -11,7 +11,7 @@ At act time (per env)::
 
     beta = beta_max(env_step) * u(s)                 # gate == "uncertainty", u in [0, 1]
     beta = beta_max(env_step)                        # gate == "fixed"
-    beta = beta * min(1, 2 * trust_act(source))      # prior.trust: uninformed advice (0.5) acts fully
+    beta = beta * act_scale(trust_act(source))       # prior.trust: min(1, 2 trust) by default (lore.prior.trust)
     beta = 0 where mask == 0, where beta-dropout fired, in a control episode, or when the prior is disabled
     beta = largest beta' <= beta with KL(pi_mix || pi_wm) <= kl_bound   # kl_mode == "lagrangian"
     logits_mix = logits_wm + beta * stopgrad(prior_logits / T)
@@ -189,11 +189,12 @@ class PriorLayer:
         """Per-env multiplier of beta from each env's advice source (1 without ``prior.trust``):
         :func:`lore.prior.trust.act_scale` of its act-time trust.
 
-        Uninformed advice (trust 0.5) acts at full strength, so good advice can lead the agent to the
-        reward that produces the evidence; advice with evidence of harm fades out, and is cut off below
-        ``prior.trust_act_floor`` (``prior.trust_act_evidence`` says which evidence, :meth:`AdviceTrust.act_value`).
+        Uninformed advice (trust 0.5) acts at full strength by default (``prior.trust_act_uninformed``), so good
+        advice can lead the agent to the reward that produces the evidence; advice with evidence of harm fades
+        out, and is cut off below ``prior.trust_act_floor`` (``prior.trust_act_evidence`` says which evidence, :meth:`AdviceTrust.act_value`).
         """
-        return act_scale(self._trust_per_row(source, batch, device, act=True), self.cfg.trust_act_floor)
+        return act_scale(self._trust_per_row(source, batch, device, act=True), self.cfg.trust_act_floor,
+                         self.cfg.trust_act_uninformed)
 
     def absorb_weight(self, source: torch.Tensor | None, rows: int, device: torch.device) -> torch.Tensor:
         """Per-row weight of the KL absorption term: ``clip(2 * trust - 1, 0, 1)`` (1 without ``prior.trust``).

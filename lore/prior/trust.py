@@ -101,16 +101,23 @@ def trust_from_evidence(mean_z: float, gain: float) -> float:
     return 1.0 / (1.0 + math.exp(-x))
 
 
-def act_scale(trust: torch.Tensor, floor: float) -> torch.Tensor:
-    """How strongly advice acts, ``[B] -> [B]``: ``clip((trust - floor) / (0.5 - floor), 0, 1)``.
+def act_scale(trust: torch.Tensor, floor: float, uninformed: float = 1.0) -> torch.Tensor:
+    """How strongly advice acts, ``[B] -> [B]``: piecewise linear in the trust through three points.
 
-    Full strength from the uninformed trust 0.5 up; ``floor = 0`` is ``min(1, 2 trust)``, which lets
-    advice with strong evidence of harm keep acting a little (trust 0.1: a fifth of beta) for the rest of
-    the run; ``floor > 0`` cuts it off entirely once its trust is below ``floor``.
+    ``(floor, 0)``, ``(0.5, uninformed)`` and ``(1, 1)``; 0 below ``floor``. ``uninformed = 1`` (full strength
+    from the uninformed trust 0.5 up) with ``floor = 0`` is ``min(1, 2 trust)``, which lets advice with strong
+    evidence of harm keep acting a little (trust 0.1: a fifth of beta) for the rest of the run; ``floor > 0``
+    cuts it off entirely once its trust is below ``floor``. ``uninformed < 1`` makes advice earn full strength:
+    before any evidence it acts at that share, and only trust above 0.5 lifts it (``uninformed = 0.5``,
+    ``floor = 0``: the scale is the trust itself).
     """
     if not 0.0 <= floor < 0.5:
         raise ValueError(f"prior.trust_act_floor must be in [0, 0.5), got {floor}")
-    return ((trust - floor) / (0.5 - floor)).clamp(0.0, 1.0)
+    if not 0.0 < uninformed <= 1.0:
+        raise ValueError(f"prior.trust_act_uninformed must be in (0, 1], got {uninformed}")
+    below = uninformed * ((trust - floor) / (0.5 - floor)).clamp(0.0, 1.0)
+    above = uninformed + (1.0 - uninformed) * ((trust - 0.5) / 0.5).clamp(0.0, 1.0)
+    return torch.where(trust > 0.5, above, below)
 
 
 def matched_control_share(t: float, floor: float) -> float:
