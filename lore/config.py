@@ -236,6 +236,10 @@ class PriorConfig:
     """Count failures (episodes the env ended on a step without positive reward: the lava, a death) of
     advised vs control episodes as harm evidence (lore.prior.trust.EpisodeComparison); needs control episodes.
     On LavaGapS5 (one seed, config/trust_failures.yaml) it judged the adversary no sooner than the returns."""
+    trust_model_failures: bool = False
+    """Harm evidence from the world model: on advised replay states, how much more likely than an average action
+    the advised one is to end the episode without reward (continue and reward heads; lore.prior.trust.advice_failure_z),
+    folded in as min(0, EMA). Needs no reward to have been seen. Measured as an overlay: config/trust_model_failures.yaml."""
     trust_decay: float = 0.99
     """EMA decay of the trust evidence, per update."""
     trust_min_gap: float = 1e-3

@@ -16,7 +16,15 @@ from lore.prior.kl_control import categorical_kl, dual_ascent, project_beta_to_k
 from lore.prior.layer import PriorLayer
 from lore.prior.mixing import normalise_prior_logits
 from lore.prior.temperature import fit_temperature
-from lore.prior.trust import ADVICE_SOURCES, AdviceTrust, advice_value_z, source_code, trust_from_evidence
+from lore.prior.trust import (
+    ADVICE_SOURCES,
+    AdviceTrust,
+    advice_failure_z,
+    advice_value_z,
+    predicted_failure,
+    source_code,
+    trust_from_evidence,
+)
 
 A = 5
 LLM, PLAN, SURROGATE = (source_code(name) for name in ADVICE_SOURCES)
@@ -891,3 +899,58 @@ def test_uninformed_advice_acts_at_the_set_share_and_earns_full_strength_with_tr
     logits, prior = torch.zeros(1, A), one_hot_advice(torch.tensor([0]))
     _, beta = layer.act(logits, prior, torch.ones(1), None, 0, source=torch.tensor([LLM]))
     assert float(beta[0]) == pytest.approx(0.5 * layer.cfg.beta_max)
+
+
+# --------------------------------------------------------------------------- failure evidence from the model
+
+
+def test_predicted_failure_is_termination_without_reward():
+    reward = torch.tensor([0.0, 0.0, 0.9, 0.02, -1.0])
+    cont = torch.tensor([0.0, 1.0, 0.0, 0.2, 0.5])
+    # lava (ends, no reward) fails; a step that goes on does not; the goal (ends with reward) does not;
+    # a small reward under 5% of the scale is none; a negative one (a death) is a failure
+    assert predicted_failure(reward, cont, 1.0).tolist() == pytest.approx([1.0, 0.0, 0.0, 0.8, 0.5])
+    assert predicted_failure(reward, cont, 0.1).tolist() == pytest.approx([1.0, 0.0, 0.0, 0.0, 0.5])
+    with pytest.raises(ValueError, match="must match"):
+        predicted_failure(reward, cont[:3], 1.0)
+
+
+def test_advice_failure_z_hand_computed_and_zero_where_nothing_fails():
+    f = torch.tensor([[0.9, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.9, 0.0, 0.0, 0.0]], dtype=torch.float64)
+    advice = torch.tensor([[1.0, 0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0]], dtype=torch.float64)
+    z = advice_failure_z(f, (advice + 1e-12).log())
+    std = math.sqrt(0.9 ** 2 / 4 - (0.9 / 4) ** 2)
+    assert z[0].item() == pytest.approx((0.225 - 0.9) / (std + 0.1), rel=1e-6)  # advice into the lava
+    assert z[1].item() == pytest.approx(0.0, abs=1e-9)  # nothing fails: no evidence
+    assert z[2].item() == pytest.approx(0.225 / (std + 0.1), rel=1e-6)  # advice away from it
+
+
+def test_model_failures_drop_trust_in_advice_into_failure_and_never_lift_it():
+    gen = torch.Generator().manual_seed(5)
+    n, updates = 64, 30
+
+    def run(pick_failing: bool, enabled: bool = True) -> PriorLayer:
+        layer = PriorLayer(prior_cfg(gate="fixed", trust=True, trust_decay=0.9, trust_model_failures=enabled), A)
+        for _ in range(updates):
+            q = 1e-6 * torch.randn(n, A, generator=gen)  # no reward seen: every value ~0, the value z says nothing
+            failure = torch.zeros(n, A)
+            lava = torch.randint(0, A, (n,), generator=gen)
+            near = torch.rand(n, generator=gen) < 0.3  # a third of the advised states are beside the lava
+            failure[near, lava[near]] = 0.95
+            safe = (lava + 1) % A
+            advised = torch.where(near & torch.tensor(pick_failing), lava, safe)
+            layer.observe_advice_values(q, one_hot_advice(advised), torch.full((n,), LLM), failure)
+        return layer
+
+    adversary, good, off = run(True), run(False), run(True, enabled=False)
+    assert adversary.trust.value("llm") < 0.25 < 0.5 == pytest.approx(good.trust.value("llm"), abs=1e-3)
+    assert off.trust.value("llm") == pytest.approx(0.5, abs=1e-3)  # without the option: no evidence at all
+    assert good.trust.metrics()["trust_fail_z_llm"] > 0  # good advice fails less, but that is no credit
+    # the evidence survives a checkpoint; an old checkpoint without it loads as no evidence
+    state = adversary.trust.state_dict()
+    fresh = AdviceTrust(0.9, 3.0, model_failures=True)
+    fresh.load_state_dict(state)
+    assert fresh.value("llm") == pytest.approx(adversary.trust.value("llm"))
+    old = {k: v for k, v in state.items() if not k.startswith("fail_")}
+    fresh.load_state_dict(old)
+    assert fresh.model_failure_harm("llm") == 0.0

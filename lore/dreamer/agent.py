@@ -44,6 +44,7 @@ from lore.dreamer.networks import MLP, CNNDecoder, CNNEncoder, EnsembleMLP, Head
 from lore.dreamer.rssm import LayerNormGRUCell
 from lore.dreamer.world_model import WorldModel
 from lore.prior.layer import PriorLayer
+from lore.prior.trust import predicted_failure
 
 Tensor = torch.Tensor
 
@@ -457,16 +458,25 @@ class DreamerAgent:
         ``samples`` imagined prior steps per (state, action) pair, each scored by every critic head
         ``k``: ``D = samples * heads`` draws whose spread is the estimate's own uncertainty.
         """
+        return self.advice_outcomes(start, samples)[0]
+
+    @torch.no_grad()
+    def advice_outcomes(self, start: dict[str, Tensor], samples: int = 1,
+                        scale: float = 1.0) -> tuple[Tensor, Tensor]:
+        """:meth:`advice_q_values` ``[M, D, A]`` and each action's predicted failure probability ``[M, A]``
+        (:func:`lore.prior.trust.predicted_failure` with return scale ``scale``, mean over the samples)."""
         m, a = start["deter"].shape[0], self.num_actions
         state = {k: v.repeat_interleave(a, 0) for k, v in start.items()}  # [M*A, ...], actions vary fastest
         actions = torch.eye(a, device=self.device).repeat(m, 1)
-        draws = []
+        draws, failures = [], []
         for _ in range(samples):
             nxt, _ = self.wm.rssm.img_step(state, actions, self.generator)
             feat = self.wm.rssm.features(nxt)
-            q = self.wm.reward(feat) + self.cfg.dreamer.gamma * self.wm.continue_prob(feat) * self.critic.values(feat)
+            reward, cont = self.wm.reward(feat), self.wm.continue_prob(feat)
+            q = reward + self.cfg.dreamer.gamma * cont * self.critic.values(feat)
             draws.append(q.reshape(-1, m, a))  # [heads, M, A]
-        return torch.cat(draws, 0).permute(1, 0, 2)
+            failures.append(predicted_failure(reward, cont, scale).reshape(m, a))
+        return torch.cat(draws, 0).permute(1, 0, 2), torch.stack(failures).mean(0)
 
     def _score_advice(self, start: dict[str, Tensor], prior_logits: Tensor, mask: Tensor, codes: Tensor,
                       scale: float) -> dict[str, float]:
@@ -478,8 +488,9 @@ class DreamerAgent:
         if rows.numel() > limit:
             pick = torch.randperm(rows.numel(), generator=self.generator, device=self.generator.device)[:limit]
             rows = rows[pick.to(rows.device)]
-        q = self.advice_q_values({k: v[rows] for k, v in start.items()}, self.cfg.prior.advice_samples)
-        return self.prior.observe_advice_values(q / float(scale), prior_logits[rows], codes[rows])
+        q, failure = self.advice_outcomes({k: v[rows] for k, v in start.items()}, self.cfg.prior.advice_samples,
+                                          float(scale))
+        return self.prior.observe_advice_values(q / float(scale), prior_logits[rows], codes[rows], failure)
 
     def train_step(self, batch) -> dict[str, float]:
         """One DreamerV3 update (world model, then actor and critic in imagination) -> flat metrics."""

@@ -52,6 +52,7 @@ from lore.prior.temperature import fit_temperature
 from lore.prior.trust import (
     AdviceTrust,
     act_scale,
+    advice_failure_z,
     advice_value_z,
     matched_control_share,
     replicated_best_action,
@@ -104,7 +105,7 @@ class PriorLayer:
         """Dual variable of the KL Lagrangian (``kl_mode == "lagrangian"``); starts at 0."""
         self.normalisers = [EMANormalizer(cfg.ema_decay) for _ in UNCERTAINTY_KEYS]
         self.trust = AdviceTrust(cfg.trust_decay, cfg.trust_gain, cfg.trust_dead_zone, cfg.trust_act_evidence,
-                                  cfg.trust_failures, cfg.trust_act_pooled)
+                                  cfg.trust_failures, cfg.trust_act_pooled, cfg.trust_model_failures)
         self.control = torch.zeros(self.num_envs, dtype=torch.bool)
         self.last_u: torch.Tensor | None = None
         """u(s) [num_envs] of the latest act step (the controller's trigger reads it, not a recomputation)."""
@@ -441,11 +442,13 @@ class PriorLayer:
         return self.cfg.enabled and (self.cfg.trust or self.cfg.align_temperature)
 
     def observe_advice_values(self, q_values: torch.Tensor, prior_logits: torch.Tensor,
-                              codes: torch.Tensor) -> dict[str, float]:
+                              codes: torch.Tensor, failure: torch.Tensor | None = None) -> dict[str, float]:
         """Evidence from one update: one-step values of advised states, ``q [N, A]`` or draws ``[N, D, A]``.
 
         The mean over draws (return-scale units) feeds the per-source trust (value z-score of the
         advice); states where all ``D`` draws agree on the best action give the temperature's labels.
+        ``failure [N, A]`` (predicted failure probability of each action,
+        :func:`lore.prior.trust.predicted_failure`) feeds the failure z-score (``prior.trust_model_failures``).
         """
         q_draws = q_values[:, None, :] if q_values.dim() == 2 else q_values
         if (q_draws.dim() != 3 or q_draws.shape[::2] != prior_logits.shape
@@ -459,6 +462,11 @@ class PriorLayer:
         prior = prior_logits.detach().double().cpu()
         z = advice_value_z(q, prior, self.cfg.trust_min_gap)
         self.trust.observe(z, codes.detach().cpu())
+        extra = {}
+        if failure is not None and self.cfg.trust_model_failures:
+            fail_z = advice_failure_z(failure.detach().double().cpu(), prior)
+            self.trust.observe_failures(fail_z, codes.detach().cpu())
+            extra["advice_failure_z"] = float(fail_z.mean())
         informative = q.std(-1, unbiased=False) > self.cfg.trust_min_gap
         best, labelled = replicated_best_action(q_draws, self.cfg.trust_min_gap)
         for row in torch.nonzero(labelled).flatten().tolist():
@@ -467,7 +475,7 @@ class PriorLayer:
         return {"advice_value_z": float(z.mean()), "advice_informative_frac": float(informative.double().mean()),
                 "advice_labelled_frac": float(labelled.double().mean()),
                 "advice_top_is_best": float((prior.argmax(-1) == best)[labelled].double().mean())
-                if bool(labelled.any()) else math.nan}
+                if bool(labelled.any()) else math.nan, **extra}
 
     def refit_due(self, env_step: int) -> bool:
         """Whether ``temperature_refit_every`` env steps passed since the last refit (align_temperature on)."""

@@ -75,6 +75,40 @@ def advice_value_z(q_values: torch.Tensor, prior_logits: torch.Tensor, min_gap: 
     return ((advised - mean) / (std + min_gap)).to(q_values.dtype)
 
 
+FAILURE_REWARD = 0.05
+"""A predicted terminal step whose reward is below this share of the return scale counts as a failure (the
+convention of :func:`is_failure`: the env ended the episode on a step without positive reward)."""
+
+FAILURE_GAP = 0.1
+"""Floor of the failure-probability spread across actions: differences of a few percent are model noise."""
+
+
+def predicted_failure(reward: torch.Tensor, continue_prob: torch.Tensor, scale: float) -> torch.Tensor:
+    """Probability that a step ends the episode in failure, from the world model's heads: ``[...] -> [...]``.
+
+    ``(1 - c(s')) * [r(s') < FAILURE_REWARD * scale]``: a predicted termination without reward (the lava, a
+    death). Steps onto the goal end the episode too, but with reward, and do not count.
+    """
+    if reward.shape != continue_prob.shape:
+        raise ValueError(f"reward {tuple(reward.shape)} and continue_prob {tuple(continue_prob.shape)} must match")
+    return (1.0 - continue_prob) * (reward < FAILURE_REWARD * float(scale)).to(continue_prob.dtype)
+
+
+def advice_failure_z(failure: torch.Tensor, prior_logits: torch.Tensor) -> torch.Tensor:
+    """Failure z-score of the advised distribution per state: ``[N, A], [N, A] -> [N]`` (< 0: advice fails more).
+
+    ``(mean_a f - sum_a rho(a) f(a)) / (std_a f + FAILURE_GAP)`` for predicted failure probabilities ``f``.
+    Unlike the value z-score it needs no reward to have been seen: the continue head learns what ends an
+    episode from the first failures of random play, while every value is still ~0.
+    """
+    if failure.shape != prior_logits.shape or failure.dim() != 2:
+        raise ValueError(f"failure {tuple(failure.shape)} and prior_logits {tuple(prior_logits.shape)} "
+                         f"must both be [N, A]")
+    rho = torch.softmax(prior_logits.double(), -1)
+    f = failure.double()
+    return ((f.mean(-1) - (rho * f).sum(-1)) / (f.std(-1, unbiased=False) + FAILURE_GAP)).to(failure.dtype)
+
+
 def replicated_best_action(q_draws: torch.Tensor, min_gap: float) -> tuple[torch.Tensor, torch.Tensor]:
     """``(argmax_a mean Q [N], replicated [N] bool)`` for independent value draws ``Q [N, D, A]``.
 
@@ -239,7 +273,7 @@ class AdviceTrust:
     """Bias-corrected EMA of the batch-mean value z-score, one per advice source."""
 
     def __init__(self, decay: float, gain: float, episode_dead_zone: float = 1.0, act_evidence: str = "combined",
-                 failures: bool = False, act_pooled: bool = False):
+                 failures: bool = False, act_pooled: bool = False, model_failures: bool = False):
         if not 0.0 <= decay < 1.0:
             raise ValueError(f"prior.trust_decay must be in [0, 1), got {decay}")
         if not gain > 0:
@@ -254,29 +288,52 @@ class AdviceTrust:
         self.act_evidence = act_evidence
         self.failures = bool(failures)
         self.act_pooled = bool(act_pooled)
+        self.model_failures = bool(model_failures)
         self._ema = {name: 0.0 for name in ADVICE_SOURCES}
         self._count = {name: 0 for name in ADVICE_SOURCES}
         self._last_z = {name: math.nan for name in ADVICE_SOURCES}
+        # the same EMA of the failure z-score (prior.trust_model_failures)
+        self._fail_ema = {name: 0.0 for name in ADVICE_SOURCES}
+        self._fail_count = {name: 0 for name in ADVICE_SOURCES}
         self.episodes = EpisodeComparison()
 
     def observe(self, z: torch.Tensor, codes: torch.Tensor) -> None:
         """Fold in per-state z-scores ``[N]`` of states whose advice came from source ``codes [N]``."""
-        if z.shape != codes.shape:
-            raise ValueError(f"z {tuple(z.shape)} and codes {tuple(codes.shape)} must match")
-        for i, name in enumerate(ADVICE_SOURCES):
-            rows = (codes.long() == i + 1) & torch.isfinite(z)
-            if not bool(rows.any()):
-                continue
-            batch_mean = float(z[rows].double().mean())
+        for name, batch_mean in self._batch_means(z, codes):
             self._ema[name] = self.decay * self._ema[name] + (1.0 - self.decay) * batch_mean
             self._count[name] += 1
             self._last_z[name] = batch_mean
 
+    def observe_failures(self, z: torch.Tensor, codes: torch.Tensor) -> None:
+        """Fold in per-state failure z-scores ``[N]`` (:func:`advice_failure_z`) of source ``codes [N]``."""
+        for name, batch_mean in self._batch_means(z, codes):
+            self._fail_ema[name] = self.decay * self._fail_ema[name] + (1.0 - self.decay) * batch_mean
+            self._fail_count[name] += 1
+
+    @staticmethod
+    def _batch_means(z: torch.Tensor, codes: torch.Tensor) -> list[tuple[str, float]]:
+        """``(source, mean of its finite z)`` for every source with rows in this batch."""
+        if z.shape != codes.shape:
+            raise ValueError(f"z {tuple(z.shape)} and codes {tuple(codes.shape)} must match")
+        out = []
+        for i, name in enumerate(ADVICE_SOURCES):
+            rows = (codes.long() == i + 1) & torch.isfinite(z)
+            if bool(rows.any()):
+                out.append((name, float(z[rows].double().mean())))
+        return out
+
     def mean_z(self, name: str) -> float:
-        count = self._count[name]
-        if count == 0:
+        return _debiased(self._ema[name], self._count[name], self.decay)
+
+    def model_failure_harm(self, name: str) -> float:
+        """Harm evidence from predicted failures (``prior.trust_model_failures``): ``min(0, EMA of failure z)``.
+
+        Harm only: advice that ends episodes less often than an average action is not thereby good (turning
+        in place never fails); the value z-score and the returns credit advice that reaches the reward.
+        """
+        if not self.model_failures:
             return 0.0
-        return self._ema[name] / (1.0 - self.decay ** count)
+        return min(_debiased(self._fail_ema[name], self._fail_count[name], self.decay), 0.0)
 
     def evidence(self, name: str) -> float:
         """Value z-score EMA plus the advised-vs-control episode t-statistic beyond its dead zone.
@@ -285,7 +342,8 @@ class AdviceTrust:
         its plan, PriorNet in its stead), so the comparison cannot attribute between them, and PriorNet
         answers only while its held-out KL to the LLM is small, i.e. while it says what the LLM would say.
         """
-        return self.mean_z(name) + dead_zone(self.episodes.t_statistic(), self.episode_dead_zone) + self.failure_harm()
+        return (self.mean_z(name) + dead_zone(self.episodes.t_statistic(), self.episode_dead_zone)
+                + self.failure_harm() + self.model_failure_harm(name))
 
     def failure_harm(self) -> float:
         """Harm evidence from failure rates (``prior.trust_failures``): :func:`harm_only` of the failure z.
@@ -328,7 +386,7 @@ class AdviceTrust:
         if self.act_evidence == "combined":
             return self.value(name)
         return trust_from_evidence(harm_first(self.episodes.t_statistic(), self.episode_dead_zone)
-                                   + self.failure_harm(), self.gain)
+                                   + self.failure_harm() + self.model_failure_harm(name), self.gain)
 
     def values_for(self, codes: torch.Tensor, act: bool = False) -> torch.Tensor:
         """Trust per row for source codes ``[B]`` (rows without advice, code 0, get 1: nothing to scale).
@@ -345,16 +403,26 @@ class AdviceTrust:
             out[f"trust_{name}"] = self.value(name)
             out[f"trust_act_{name}"] = self.act_value(name)
             out[f"trust_z_{name}"] = self._last_z[name]
+            out[f"trust_fail_z_{name}"] = _debiased(self._fail_ema[name], self._fail_count[name], self.decay)
         out["trust_episode_t"] = self.episodes.t_statistic()
         out["trust_failure_z"] = self.episodes.failure_z()
         return out
 
     def state_dict(self) -> dict:
         return {"ema": dict(self._ema), "count": dict(self._count), "last_z": dict(self._last_z),
+                "fail_ema": dict(self._fail_ema), "fail_count": dict(self._fail_count),
                 "episodes": self.episodes.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         self._ema = {n: float(state["ema"][n]) for n in ADVICE_SOURCES}
         self._count = {n: int(state["count"][n]) for n in ADVICE_SOURCES}
         self._last_z = {n: float(state["last_z"][n]) for n in ADVICE_SOURCES}
+        # checkpoints written before the failure z was kept have none: no evidence yet
+        self._fail_ema = {n: float(state.get("fail_ema", {}).get(n, 0.0)) for n in ADVICE_SOURCES}
+        self._fail_count = {n: int(state.get("fail_count", {}).get(n, 0)) for n in ADVICE_SOURCES}
         self.episodes.load_state_dict(state["episodes"])
+
+
+def _debiased(ema: float, count: int, decay: float) -> float:
+    """Bias-corrected EMA (0 before any observation)."""
+    return 0.0 if count == 0 else ema / (1.0 - decay ** count)
