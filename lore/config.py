@@ -240,6 +240,11 @@ class PriorConfig:
     """Harm evidence from the world model: on advised replay states, how much more likely than an average action
     the advised one is to end the episode without reward (continue and reward heads; lore.prior.trust.advice_failure_z),
     folded in as min(0, EMA). Needs no reward to have been seen. Measured as an overlay: config/trust_model_failures.yaml."""
+    trust_step_failures: bool = False
+    """Harm evidence from the env: the steps where the advice changed the action end the episode without reward
+    more often than the agent's own steps (two-proportion z, harm only beyond trust_dead_zone;
+    lore.prior.trust.StepFailures). Needs no reward to have been seen. Measured as an overlay:
+    config/trust_step_failures.yaml."""
     trust_decay: float = 0.99
     """EMA decay of the trust evidence, per update."""
     trust_min_gap: float = 1e-3

@@ -304,6 +304,8 @@ def test_the_not_below_target_reads_the_difference_ci_and_prints_the_stricter_re
      {"full", "full_adversarial"}, 10 + 2 * 5, "docs/benchmark/trust_act_uninformed"),
     ("trust_model_failures", "bench_trust_model_failures", " --set prior.trust_model_failures=true",
      {"full", "full_adversarial"}, 10 + 2 * 5, "docs/benchmark/trust_model_failures"),
+    ("trust_step_failures", "bench_trust_step_failures", " --set prior.trust_step_failures=true",
+     {"full", "full_adversarial"}, 10 + 2 * 5, "docs/benchmark/trust_step_failures"),
     ("no_features", "bench_no_features", " --set features.enabled=false",
      {"full", "full_adversarial"}, 10 + 5, "docs/benchmark/no_features"),
     # not experiments: the benchmark's own settings, run again on newer code or for more seeds

@@ -954,3 +954,42 @@ def test_model_failures_drop_trust_in_advice_into_failure_and_never_lift_it():
     old = {k: v for k, v in state.items() if not k.startswith("fail_")}
     fresh.load_state_dict(old)
     assert fresh.model_failure_harm("llm") == 0.0
+
+
+def test_step_failures_catch_advice_whose_own_steps_end_the_episode():
+    from lore.prior.trust import StepFailures, failure_z
+
+    gen = torch.Generator().manual_seed(9)
+
+    def run(advice_fail_rate: float, steps: int = 400, enabled: bool = True) -> PriorLayer:
+        layer = PriorLayer(prior_cfg(gate="fixed", trust=True, trust_step_failures=enabled), A)
+        for _ in range(steps):
+            changed = torch.rand(2, generator=gen) < 0.05  # advice changes 5% of the actions
+            codes = torch.full((2,), LLM)
+            rate = torch.where(changed, torch.tensor(advice_fail_rate), torch.tensor(0.03))
+            failed = torch.rand(2, generator=gen) < rate
+            layer.observe_steps(changed, codes, failed)
+        return layer
+
+    adversary, good, off = run(0.5), run(0.0), run(0.5, enabled=False)
+    assert adversary.trust.steps.z("llm") < -3 and adversary.trust.value("llm") < 0.01
+    assert good.trust.steps.z("llm") > 0 and good.trust.value("llm") == 0.5  # never failing is no credit
+    assert off.trust.value("llm") == 0.5 and off.trust.steps.advised["llm"][0] == 0.0
+    # steps of other sources and unadvised steps are the agent's own; counts hand-checked without decay
+    steps = StepFailures(decay=0.5, min_steps=1)
+    steps.observe(torch.tensor([True, True, False, True]), torch.tensor([1, 2, 1, 0]),
+                  torch.tensor([True, False, True, True]))
+    assert steps.advised["llm"] == [1.0, 1.0] and steps.advised["plan"] == [1.0, 0.0]
+    assert steps.own == [2.0, 2.0]  # the unchanged step and the changed step without a source
+    assert steps.z("llm") == pytest.approx(failure_z(1.0, 1.0, 2.0, 2.0))
+    steps.observe(torch.zeros(4, dtype=torch.bool), torch.ones(4), torch.zeros(4, dtype=torch.bool))
+    assert steps.own == [2.0 * 0.5 ** 4 + 4.0, 2.0 * 0.5 ** 4]  # decayed once per own step
+    assert steps.advised["llm"] == [1.0, 1.0]  # advice that sat out keeps its evidence
+    with pytest.raises(ValueError, match="must match"):
+        steps.observe(torch.ones(2, dtype=torch.bool), torch.ones(3), torch.ones(2, dtype=torch.bool))
+    # the counts survive a checkpoint; one written before they were kept loads as no evidence
+    trust = AdviceTrust(0.99, 3.0, step_failures=True)
+    trust.load_state_dict(adversary.trust.state_dict())
+    assert trust.value("llm") == pytest.approx(adversary.trust.value("llm"))
+    trust.load_state_dict({k: v for k, v in adversary.trust.state_dict().items() if k != "steps"})
+    assert trust.step_failure_harm("llm") == 0.0

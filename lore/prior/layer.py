@@ -105,7 +105,8 @@ class PriorLayer:
         """Dual variable of the KL Lagrangian (``kl_mode == "lagrangian"``); starts at 0."""
         self.normalisers = [EMANormalizer(cfg.ema_decay) for _ in UNCERTAINTY_KEYS]
         self.trust = AdviceTrust(cfg.trust_decay, cfg.trust_gain, cfg.trust_dead_zone, cfg.trust_act_evidence,
-                                  cfg.trust_failures, cfg.trust_act_pooled, cfg.trust_model_failures)
+                                  cfg.trust_failures, cfg.trust_act_pooled, cfg.trust_model_failures,
+                                  cfg.trust_step_failures)
         self.control = torch.zeros(self.num_envs, dtype=torch.bool)
         self.last_u: torch.Tensor | None = None
         """u(s) [num_envs] of the latest act step (the controller's trigger reads it, not a recomputation)."""
@@ -280,6 +281,12 @@ class PriorLayer:
         """
         if self.cfg.enabled and self.cfg.trust and self.cfg.control_episodes > 0:
             self.trust.episodes.observe(float(episode_return), bool(self.control[env_index]), bool(failed))
+
+    def observe_steps(self, changed: torch.Tensor, source: torch.Tensor, failed: torch.Tensor) -> None:
+        """One env step of every env: whether the advice changed the action, its source code and whether the
+        step ended the episode in failure (evidence for ``prior.trust_step_failures``)."""
+        if self.cfg.enabled and self.cfg.trust and self.cfg.trust_step_failures:
+            self.trust.steps.observe(torch.as_tensor(changed), torch.as_tensor(source), torch.as_tensor(failed))
 
     def control_share(self) -> float:
         """Probability that an episode starting now runs without the prior (``prior.control_allocation``).

@@ -269,11 +269,67 @@ class EpisodeComparison:
         self.stats = {k: ([float(x) for x in state[k]] + [0.0])[:4] for k in ("advised", "control")}
 
 
+class StepFailures:
+    """Immediate failures of the steps advice decided vs the agent's own steps: decayed counts, per source.
+
+    A step is the advice's when the advice changed the action (``a_mix != a_wm`` under the same noise) and
+    the agent's own otherwise; it failed when the env ended the episode on it without positive reward
+    (:func:`is_failure`). Advice whose own steps walk into the lava is caught after a handful of them,
+    long before any reward is seen (in random play a step fails with probability ~0.03 on LavaGapS5);
+    advice that never ends an episode gives z >= 0 and, through :func:`harm_only`, no evidence. Each group
+    forgets per step of its own (``decay``, ~200 steps), so the evidence against advice that stopped acting
+    stays. Measured on LavaGapS5 (full_adversarial, seed 10): z -5.9 and trust < 1e-6 at 1.25k env steps,
+    where the advised-vs-control episode t was still 0.
+    """
+
+    def __init__(self, decay: float = 0.995, min_steps: int = 3):
+        if not 0.0 <= decay < 1.0:
+            raise ValueError(f"step decay must be in [0, 1), got {decay}")
+        self.decay, self.min_steps = float(decay), int(min_steps)
+        # [steps, failures]: the agent's own, and each source's
+        self.own = [0.0, 0.0]
+        self.advised = {name: [0.0, 0.0] for name in ADVICE_SOURCES}
+
+    def observe(self, changed: torch.Tensor, codes: torch.Tensor, failed: torch.Tensor) -> None:
+        """One act step of every env: ``changed [B]`` (advice changed the action), ``codes [B]``, ``failed [B]``."""
+        if not changed.shape == codes.shape == failed.shape:
+            raise ValueError(f"changed {tuple(changed.shape)}, codes {tuple(codes.shape)} and failed "
+                             f"{tuple(failed.shape)} must match")
+        changed, codes, failed = changed.bool().cpu(), codes.long().cpu(), failed.bool().cpu()
+        own = ~changed | (codes == 0)
+        groups = [(self.own, own)] + [(self.advised[name], changed & (codes == i + 1))
+                                      for i, name in enumerate(ADVICE_SOURCES)]
+        for st, rows in groups:
+            # each group forgets per step of its own: evidence against advice that no longer acts is kept,
+            # not worn away by the steps it sits out (which would re-admit it every ~1/(1 - decay) steps)
+            n = int(rows.sum())
+            if n:
+                keep = self.decay ** n
+                st[0] = st[0] * keep + n
+                st[1] = st[1] * keep + float((rows & failed).sum())
+
+    def z(self, name: str) -> float:
+        """:func:`failure_z` of ``name``'s steps vs the agent's own (< 0: its steps fail more); 0 until both
+        have ``min_steps``."""
+        (n_adv, f_adv), (n_own, f_own) = self.advised[name], self.own
+        if min(n_adv, n_own) < self.min_steps - 1e-6:
+            return 0.0
+        return failure_z(f_adv, n_adv, f_own, n_own)
+
+    def state_dict(self) -> dict:
+        return {"own": list(self.own), "advised": {k: list(v) for k, v in self.advised.items()}}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.own = [float(x) for x in state["own"]]
+        self.advised = {n: [float(x) for x in state["advised"][n]] for n in ADVICE_SOURCES}
+
+
 class AdviceTrust:
     """Bias-corrected EMA of the batch-mean value z-score, one per advice source."""
 
     def __init__(self, decay: float, gain: float, episode_dead_zone: float = 1.0, act_evidence: str = "combined",
-                 failures: bool = False, act_pooled: bool = False, model_failures: bool = False):
+                 failures: bool = False, act_pooled: bool = False, model_failures: bool = False,
+                 step_failures: bool = False):
         if not 0.0 <= decay < 1.0:
             raise ValueError(f"prior.trust_decay must be in [0, 1), got {decay}")
         if not gain > 0:
@@ -289,6 +345,8 @@ class AdviceTrust:
         self.failures = bool(failures)
         self.act_pooled = bool(act_pooled)
         self.model_failures = bool(model_failures)
+        self.step_failures = bool(step_failures)
+        self.steps = StepFailures()
         self._ema = {name: 0.0 for name in ADVICE_SOURCES}
         self._count = {name: 0 for name in ADVICE_SOURCES}
         self._last_z = {name: math.nan for name in ADVICE_SOURCES}
@@ -335,6 +393,11 @@ class AdviceTrust:
             return 0.0
         return min(_debiased(self._fail_ema[name], self._fail_count[name], self.decay), 0.0)
 
+    def step_failure_harm(self, name: str) -> float:
+        """Harm evidence from the immediate failures of the steps ``name``'s advice decided
+        (``prior.trust_step_failures``): :func:`harm_only` of :meth:`StepFailures.z`."""
+        return harm_only(self.steps.z(name), self.episode_dead_zone) if self.step_failures else 0.0
+
     def evidence(self, name: str) -> float:
         """Value z-score EMA plus the advised-vs-control episode t-statistic beyond its dead zone.
 
@@ -343,7 +406,7 @@ class AdviceTrust:
         answers only while its held-out KL to the LLM is small, i.e. while it says what the LLM would say.
         """
         return (self.mean_z(name) + dead_zone(self.episodes.t_statistic(), self.episode_dead_zone)
-                + self.failure_harm() + self.model_failure_harm(name))
+                + self.failure_harm() + self.model_failure_harm(name) + self.step_failure_harm(name))
 
     def failure_harm(self) -> float:
         """Harm evidence from failure rates (``prior.trust_failures``): :func:`harm_only` of the failure z.
@@ -386,7 +449,8 @@ class AdviceTrust:
         if self.act_evidence == "combined":
             return self.value(name)
         return trust_from_evidence(harm_first(self.episodes.t_statistic(), self.episode_dead_zone)
-                                   + self.failure_harm() + self.model_failure_harm(name), self.gain)
+                                   + self.failure_harm() + self.model_failure_harm(name) + self.step_failure_harm(name),
+                                   self.gain)
 
     def values_for(self, codes: torch.Tensor, act: bool = False) -> torch.Tensor:
         """Trust per row for source codes ``[B]`` (rows without advice, code 0, get 1: nothing to scale).
@@ -404,6 +468,7 @@ class AdviceTrust:
             out[f"trust_act_{name}"] = self.act_value(name)
             out[f"trust_z_{name}"] = self._last_z[name]
             out[f"trust_fail_z_{name}"] = _debiased(self._fail_ema[name], self._fail_count[name], self.decay)
+            out[f"trust_step_z_{name}"] = self.steps.z(name)
         out["trust_episode_t"] = self.episodes.t_statistic()
         out["trust_failure_z"] = self.episodes.failure_z()
         return out
@@ -411,7 +476,7 @@ class AdviceTrust:
     def state_dict(self) -> dict:
         return {"ema": dict(self._ema), "count": dict(self._count), "last_z": dict(self._last_z),
                 "fail_ema": dict(self._fail_ema), "fail_count": dict(self._fail_count),
-                "episodes": self.episodes.state_dict()}
+                "steps": self.steps.state_dict(), "episodes": self.episodes.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         self._ema = {n: float(state["ema"][n]) for n in ADVICE_SOURCES}
@@ -420,6 +485,9 @@ class AdviceTrust:
         # checkpoints written before the failure z was kept have none: no evidence yet
         self._fail_ema = {n: float(state.get("fail_ema", {}).get(n, 0.0)) for n in ADVICE_SOURCES}
         self._fail_count = {n: int(state.get("fail_count", {}).get(n, 0)) for n in ADVICE_SOURCES}
+        self.steps = StepFailures()
+        if "steps" in state:
+            self.steps.load_state_dict(state["steps"])
         self.episodes.load_state_dict(state["episodes"])
 
 

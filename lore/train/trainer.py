@@ -337,6 +337,9 @@ class Trainer:
         obs, reward, terminated, truncated, info = self.envs.step(actions)
         self.env_step += self.num_envs
         done = np.logical_or(terminated, truncated)
+        if not prefill:
+            failed = torch.as_tensor([is_failure(terminated[i], reward[i]) for i in range(self.num_envs)])
+            self.agent.prior.observe_steps(out.action_changed, torch.as_tensor(llm_in["source"]), failed)
         for i in range(self.num_envs):
             self.tracker.returns[i] += float(reward[i])
             self.tracker.lengths[i] += 1
