@@ -306,6 +306,8 @@ def test_the_not_below_target_reads_the_difference_ci_and_prints_the_stricter_re
      {"full", "full_adversarial"}, 10 + 2 * 5, "docs/benchmark/trust_model_failures"),
     ("trust_step_failures", "bench_trust_step_failures", " --set prior.trust_step_failures=true",
      {"full", "full_adversarial"}, 10 + 2 * 5, "docs/benchmark/trust_step_failures"),
+    ("advice_silenced", "bench_advice_silenced", " --set prior.beta_max=0.0 --set features.enabled=false",
+     {"full_adversarial"}, 10, "docs/benchmark/advice_silenced"),
     ("no_features", "bench_no_features", " --set features.enabled=false",
      {"full", "full_adversarial"}, 10 + 5, "docs/benchmark/no_features"),
     # not experiments: the benchmark's own settings, run again on newer code or for more seeds
