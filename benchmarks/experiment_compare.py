@@ -9,6 +9,9 @@ both writes, per metric, the experiment's mean minus the benchmark's with its bo
 of seeds resampled independently, ``lore.analysis.stats.compare``), n on both sides and P(experiment >
 benchmark), to ``<experiment>/comparison.md``. The reading follows the interval: "higher" / "lower" when it
 excludes 0, "no evidence of a difference" otherwise. Nothing is typed by hand.
+
+``--against ARM`` compares every arm of the experiment with the baseline's ``ARM`` instead of its namesake
+(e.g. a diagnosis arm against ``rl_only``: is the regret still there?), into ``comparison_vs_<ARM>.md``.
 """
 
 from __future__ import annotations
@@ -29,11 +32,15 @@ METRICS = {"auc": "AUC", "sr@2500": "SR @2.5k", "sr@5000": "SR @5k", "final_sr":
 """Columns of runs.csv compared (those absent from either table are skipped) -> their label."""
 
 
-def comparison_rows(baseline: pd.DataFrame, experiment: pd.DataFrame, seed: int = 0) -> list[dict]:
-    """One row per (env, arm, metric) present on both sides: means, n, difference CI, P(improvement)."""
+def comparison_rows(baseline: pd.DataFrame, experiment: pd.DataFrame, seed: int = 0,
+                    against: str | None = None) -> list[dict]:
+    """One row per (env, arm, metric) present on both sides: means, n, difference CI, P(improvement).
+
+    ``against``: the baseline arm every experiment arm is compared with (default: the arm of the same name).
+    """
     rows = []
     for (env, arm), group in experiment.groupby(["env", "ablation"], sort=True):
-        base = baseline[(baseline["env"] == env) & (baseline["ablation"] == arm)]
+        base = baseline[(baseline["env"] == env) & (baseline["ablation"] == (against or arm))]
         if not len(base):
             continue
         for metric, label in METRICS.items():
@@ -43,7 +50,7 @@ def comparison_rows(baseline: pd.DataFrame, experiment: pd.DataFrame, seed: int 
             if not (x.size and y.size):
                 continue
             c = st.compare(x, y, seed=seed)
-            rows.append({"env": env, "arm": arm, "metric": label, "n_experiment": c.n_x, "n_benchmark": c.n_y,
+            rows.append({"env": env, "arm": arm if against is None else f"{arm} vs {against}", "metric": label, "n_experiment": c.n_x, "n_benchmark": c.n_y,
                          "experiment": c.mean_x, "benchmark": c.mean_y, "difference": c.difference.estimate,
                          "low": c.difference.low, "high": c.difference.high, "p_higher": c.p_improve.estimate,
                          "reading": interval_word(c.difference.low, c.difference.high)})
@@ -72,16 +79,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--experiment", type=Path, required=True, help="the experiment's report folder")
     p.add_argument("--baseline", type=Path, default=Path("docs/benchmark"), help="the benchmark's report folder")
     p.add_argument("--title", default=None, help="heading (default: the experiment folder's name)")
+    p.add_argument("--against", default=None, metavar="ARM",
+                   help="compare every arm with this baseline arm (writes comparison_vs_ARM.md)")
     args = p.parse_args(argv)
     tables = [folder / "tables" / "runs.csv" for folder in (args.baseline, args.experiment)]
     for path in tables:
         if not path.is_file():
             p.error(f"{path} not found: run the workflow's report for that config first")
-    rows = comparison_rows(*(pd.read_csv(path) for path in tables))
+    baseline, experiment = (pd.read_csv(path) for path in tables)
+    if args.against is not None and args.against not in set(baseline["ablation"]):
+        p.error(f"--against: no arm {args.against!r} in {tables[0]} (arms: {', '.join(sorted(set(baseline['ablation'])))})")
+    rows = comparison_rows(baseline, experiment, against=args.against)
     if not rows:
         print(f"experiment_compare: no (env, arm) of {tables[1]} is in {tables[0]}", file=sys.stderr)
         return 1
-    out = args.experiment / "comparison.md"
+    out = args.experiment / ("comparison.md" if args.against is None else f"comparison_vs_{args.against}.md")
     text = markdown(rows, args.title or args.experiment.name, str(args.baseline).rstrip("/"))
     tmp = out.with_suffix(".md.tmp")
     tmp.write_text(text)

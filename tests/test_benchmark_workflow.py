@@ -393,6 +393,15 @@ def test_experiment_comparison_reads_each_difference_from_its_interval(tmp_path,
     with pytest.raises(SystemExit) as missing:
         cmp.main(["--experiment", str(tmp_path / "nothing"), "--baseline", str(base)])
     assert missing.value.code == 2 and "tables/runs.csv not found" in capsys.readouterr().err
+    # --against: every experiment arm against one baseline arm, into its own file
+    assert cmp.main(["--experiment", str(exp), "--baseline", str(base), "--against", "kl"]) == 0
+    assert (exp / "comparison.md").read_text() == text  # untouched
+    rows = [line for line in (exp / "comparison_vs_kl.md").read_text().splitlines() if "| AUC |" in line]
+    assert [r.split(" | ")[1] for r in rows] == ["full vs kl", "only_here vs kl"]
+    assert "| 0.810 | 0.700 | +0.110 [" in rows[0] and "| 0.200 | 0.700 | -0.500 [" in rows[1]
+    with pytest.raises(SystemExit) as unknown:
+        cmp.main(["--experiment", str(exp), "--baseline", str(base), "--against", "rl_onyl"])
+    assert unknown.value.code == 2 and "no arm 'rl_onyl'" in capsys.readouterr().err
 
 
 def _runs_csv(folder: Path, rows: list[dict]) -> Path:
