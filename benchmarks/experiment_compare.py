@@ -10,6 +10,9 @@ of seeds resampled independently, ``lore.analysis.stats.compare``), n on both si
 benchmark), to ``<experiment>/comparison.md``. The reading follows the interval: "higher" / "lower" when it
 excludes 0, "no evidence of a difference" otherwise. Nothing is typed by hand.
 
+Below the table, the same differences paired by seed (AUC and final SR, seeds run on both sides): a seed's
+runs share their evaluation layouts and env seeds in every arm, so its difficulty cancels in the pair.
+
 ``--against ARM`` compares every arm of the experiment with the baseline's ``ARM`` instead of its namesake
 (e.g. a diagnosis arm against ``rl_only``: is the regret still there?), into ``comparison_vs_<ARM>.md``.
 """
@@ -57,7 +60,30 @@ def comparison_rows(baseline: pd.DataFrame, experiment: pd.DataFrame, seed: int 
     return rows
 
 
-def markdown(rows: list[dict], title: str, baseline: str = "docs/benchmark") -> str:
+PAIRED_METRICS = {"auc": "AUC", "final_sr": "final SR"}
+
+
+def paired_rows(baseline: pd.DataFrame, experiment: pd.DataFrame, seed: int = 0,
+                against: str | None = None) -> list[dict]:
+    """One row per (env, arm, metric) with seeds run on both sides: the mean per-seed difference and its CI."""
+    rows = []
+    for (env, arm), group in experiment.groupby(["env", "ablation"], sort=True):
+        base = baseline[(baseline["env"] == env) & (baseline["ablation"] == (against or arm))]
+        for metric, label in PAIRED_METRICS.items():
+            if metric not in group or metric not in base:
+                continue
+            both = (group.set_index("seed")[metric].rename("x").to_frame()
+                    .join(base.set_index("seed")[metric].rename("y"), how="inner").dropna())
+            if len(both) < 2:
+                continue
+            d = st.paired_difference(both["x"].to_numpy(), both["y"].to_numpy(), seed=seed)
+            rows.append({"env": env, "arm": arm if against is None else f"{arm} vs {against}", "metric": label,
+                         "n": len(both), "difference": d.estimate, "low": d.low, "high": d.high,
+                         "reading": interval_word(d.low, d.high)})
+    return rows
+
+
+def markdown(rows: list[dict], title: str, baseline: str = "docs/benchmark", paired: list[dict] | None = None) -> str:
     against = "the benchmark's runs" if baseline == "docs/benchmark" else f"the runs of `{baseline}`"
     lines = [f"# {title}: against {against}", "",
              "Written by `benchmarks/experiment_compare.py` from the two reports' `tables/runs.csv`; do not edit. "
@@ -71,6 +97,16 @@ def markdown(rows: list[dict], title: str, baseline: str = "docs/benchmark") -> 
         lines.append(f"| {r['env']} | {r['arm']} | {r['metric']} | {r['n_experiment']} / {r['n_benchmark']}{flag} | "
                      f"{r['experiment']:.3f} | {r['benchmark']:.3f} | {r['difference']:+.3f} "
                      f"[{r['low']:+.3f}, {r['high']:+.3f}] | {r['p_higher']:.2f} | {r['reading']} |")
+    if paired:
+        lines += ["", "## Paired by seed", "",
+                  "Seeds run on both sides only: the mean of the per-seed differences (experiment − benchmark) and "
+                  "its 95% bootstrap CI over seeds. A seed's runs share their evaluation layouts and env seeds in "
+                  "every arm, so its difficulty cancels in the pair.", "",
+                  "| env | arm | metric | n seeds | difference [95% CI] | reading |", "|---|---|---|---|---|---|"]
+        for r in paired:
+            flag = "" if r["n"] >= FEW_SEEDS else "†"
+            lines.append(f"| {r['env']} | {r['arm']} | {r['metric']} | {r['n']}{flag} | {r['difference']:+.3f} "
+                         f"[{r['low']:+.3f}, {r['high']:+.3f}] | {r['reading']} |")
     return "\n".join(lines) + "\n"
 
 
@@ -94,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"experiment_compare: no (env, arm) of {tables[1]} is in {tables[0]}", file=sys.stderr)
         return 1
     out = args.experiment / ("comparison.md" if args.against is None else f"comparison_vs_{args.against}.md")
-    text = markdown(rows, args.title or args.experiment.name, str(args.baseline).rstrip("/"))
+    paired = paired_rows(baseline, experiment, against=args.against)
+    text = markdown(rows, args.title or args.experiment.name, str(args.baseline).rstrip("/"), paired)
     tmp = out.with_suffix(".md.tmp")
     tmp.write_text(text)
     tmp.replace(out)

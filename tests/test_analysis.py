@@ -552,3 +552,15 @@ def test_goals_report_the_unguarded_adversary_beside_the_low_regret_goal():
     tables = Tables(runs=empty, eval_points=empty, stats=stats[stats["ablation"] != "kl_adversarial"],
                     improvement=empty, achievements=empty)
     assert not any("beside it" in g for g in goal_items(tables, AnalysisSettings(), ENV))
+
+
+def test_paired_difference_cancels_what_pairs_share_and_checks_shapes():
+    offsets = np.array([0.0, 0.4, 0.1, 0.7, 0.2, 0.5])
+    noise = np.array([0.01, -0.02, 0.0, 0.02, -0.01, 0.0])
+    d = st.paired_difference(offsets + 0.1 + noise, offsets)
+    assert d.estimate == pytest.approx(0.1) and 0.08 < d.low < 0.1 < d.high < 0.12
+    unpaired = st.compare(offsets + 0.1 + noise, offsets)
+    assert unpaired.difference.low < 0 < unpaired.difference.high  # the shared offsets swamp it unpaired
+    for x, y in ((np.ones(3), np.ones(4)), (np.ones((2, 2)), np.ones((2, 2))), (np.ones(0), np.ones(0))):
+        with pytest.raises(ValueError, match="paired_difference"):
+            st.paired_difference(x, y)

@@ -385,7 +385,7 @@ def test_experiment_comparison_reads_each_difference_from_its_interval(tmp_path,
     assert cmp.main(["--experiment", str(exp), "--baseline", str(base), "--title", "T"]) == 0
     text = (exp / "comparison.md").read_text()
     assert text.startswith(f"# T: against the runs of `{base}`\n")  # a baseline other than the benchmark is named
-    rows = [line for line in text.splitlines() if line.startswith("| E |")]
+    rows = [line for line in text.split("## Paired by seed")[0].splitlines() if line.startswith("| E |")]
     assert len(rows) == 2  # full x (AUC, final SR); only_here and kl are on one side only
     auc = next(r for r in rows if "| AUC |" in r)
     assert "| 5 / 5 | 0.810 | 0.610 | +0.200 [" in auc and auc.endswith("| 1.00 | higher |")
@@ -396,9 +396,19 @@ def test_experiment_comparison_reads_each_difference_from_its_interval(tmp_path,
     # --against: every experiment arm against one baseline arm, into its own file
     assert cmp.main(["--experiment", str(exp), "--baseline", str(base), "--against", "kl"]) == 0
     assert (exp / "comparison.md").read_text() == text  # untouched
-    rows = [line for line in (exp / "comparison_vs_kl.md").read_text().splitlines() if "| AUC |" in line]
+    rows = [line for line in (exp / "comparison_vs_kl.md").read_text().split("## Paired by seed")[0].splitlines()
+            if "| AUC |" in line]
     assert [r.split(" | ")[1] for r in rows] == ["full vs kl", "only_here vs kl"]
     assert "| 0.810 | 0.700 | +0.110 [" in rows[0] and "| 0.200 | 0.700 | -0.500 [" in rows[1]
+    # paired by seed: per-seed difficulty (a common offset) hides a constant gain from the unpaired interval
+    offsets = [0.0, 0.3, 0.6, 0.1, 0.5, 0.2]
+    hard = table(tmp_path / "hard", {"rl_only": offsets, "arm": [o + 0.05 for o in offsets]})
+    assert cmp.main(["--experiment", str(hard), "--baseline", str(hard), "--against", "rl_only"]) == 0
+    text = (hard / "comparison_vs_rl_only.md").read_text()
+    unpaired = next(r for r in text.splitlines() if r.startswith("| E | arm vs rl_only | AUC | 6 / 6 |"))
+    assert unpaired.endswith("| no evidence of a difference |")
+    paired = next(r for r in text.split("## Paired by seed")[1].splitlines() if "| arm vs rl_only | AUC |" in r)
+    assert "| 6 | +0.050 [+0.050, +0.050] | higher |" in paired
     with pytest.raises(SystemExit) as unknown:
         cmp.main(["--experiment", str(exp), "--baseline", str(base), "--against", "rl_onyl"])
     assert unknown.value.code == 2 and "no arm 'rl_onyl'" in capsys.readouterr().err

@@ -190,6 +190,25 @@ def compare(x: np.ndarray, y: np.ndarray, *, confidence: float = 0.95, resamples
     )
 
 
+def paired_difference(x: np.ndarray, y: np.ndarray, *, confidence: float = 0.95, resamples: int = 2000,
+                      seed: int = 0) -> Interval:
+    """Mean of ``x_i - y_i`` over pairs (the same seed in two arms) with its percentile bootstrap interval.
+
+    Runs of one seed share their evaluation layouts and environment seeds, so a seed's difficulty is common
+    to its runs in every arm; resampling the pairs removes it from the interval (on LavaGapS5 the per-seed
+    AUCs of rl_only and full_adversarial correlate at 0.57, of rl_only and a silenced advisor at 0.67).
+    """
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if x.shape != y.shape or x.ndim != 1 or x.size == 0:
+        raise ValueError(f"paired_difference: x {x.shape} and y {y.shape} must be equal non-empty 1-D shapes")
+    d = x - y
+    rng = np.random.default_rng(seed)
+    boot = d[rng.integers(0, d.size, size=(resamples, d.size))].mean(axis=1)
+    alpha = (1.0 - confidence) / 2.0
+    low, high = np.quantile(boot, [alpha, 1.0 - alpha])
+    return Interval(float(d.mean()), float(low), float(high))
+
+
 # --------------------------------------------------------------------------- curve summaries
 
 
