@@ -239,7 +239,9 @@ class PriorConfig:
     trust_model_failures: bool = False
     """Harm evidence from the world model: on advised replay states, how much more likely than an average action
     the advised one is to end the episode without reward (continue and reward heads; lore.prior.trust.advice_failure_z),
-    folded in as min(0, EMA). Needs no reward to have been seen. Measured as an overlay: config/trust_model_failures.yaml."""
+    folded in as min(0, EMA). Needs no reward to have been seen, but waits for the continue head: on LavaGapS5 (one
+    seed) its z reached only -0.2 by 2.5k env steps, where trust_step_failures is at -5.9 by 1.25k. Not benchmarked
+    (config/trust_model_failures.yaml is ready to run)."""
     trust_step_failures: bool = False
     """Harm evidence from the env: the steps where the advice changed the action end the episode without reward
     more often than the agent's own steps (two-proportion z, harm only beyond trust_dead_zone;
