@@ -12,6 +12,7 @@ At act time (per env)::
     beta = beta_max(env_step) * u(s)                 # gate == "uncertainty", u in [0, 1]
     beta = beta_max(env_step)                        # gate == "fixed"
     beta = beta * act_scale(trust_act(source))       # prior.trust: min(1, 2 trust) by default (lore.prior.trust)
+                                                     # trust: value z + episode t + failed advised steps
     beta = 0 where mask == 0, where beta-dropout fired, in a control episode, or when the prior is disabled
     beta = largest beta' <= beta with KL(pi_mix || pi_wm) <= kl_bound   # kl_mode == "lagrangian"
     logits_mix = logits_wm + beta * stopgrad(prior_logits / T)

@@ -31,6 +31,12 @@ episodes (15 with Welch's t; ``benchmarks/trust_null_benchmark.py``, docs/benchm
 critic barely ranks single actions (one-step Q spread across actions 0.001 against 0.004 of sampling
 noise; the good advisor's action ranked best on 29% of states), while whole episodes differ clearly.
 
+A third piece, on by default (``prior.trust_step_failures``), needs no reward: :class:`StepFailures` compares how
+often the steps where the advice changed the action end the episode without reward with the agent's own steps,
+and adds the two-proportion z as harm only. On LavaGapS5 it caught the adversarial advisor at 1-2.5k env steps
+(1k-10k, or never, before), and good advice, which never walks into the lava, ran identically
+(docs/benchmark/trust_step_failures/comparison.md).
+
 Sources (``ADVICE_SOURCES``) are the LLM's own answers (fresh or cached), the plan the LLM
 wrote (followed step by step), and PriorNet's answers given in the LLM's stead: each can be
 right or wrong independently, so each has its own estimate.
