@@ -313,6 +313,8 @@ def test_the_not_below_target_reads_the_difference_ci_and_prints_the_stricter_re
     # not experiments: the benchmark's own settings, run again on newer code or for more seeds
     ("rerun_current", "bench_rerun_current", "", {"rl_only", "kl", "full", "full_adversarial", "full_noisy"}, 5 * 5,
      "docs/benchmark/rerun_current"),
+    ("current_default", "bench_current_default", "", {"full_noisy", "full_adversarial", "full_distill"}, 3 * 5,
+     "docs/benchmark/current_default"),
     # not an experiment: a subset of the benchmark's own runs, into the benchmark's own report
     ("benchmark_main_arms", "bench", "", {"rl_only", "kl", "full", "full_noisy", "full_adversarial"}, 5 * 5,
      "docs/benchmark"),
@@ -458,6 +460,27 @@ def test_pooled_report_pools_seeds_of_one_configuration_and_reads_the_targets_on
     err = capsys.readouterr().err
     assert "rl_only: cfg_train_steps differs between the runs: 10000 (" in err and "20000 (" in err
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+
+    # a newer default: its arm replaces every run of that arm in the older reports (seeds 0-4 here), other arms stay
+    newer = _runs_csv(tmp_path / "newer", _auc_rows("full_adversarial", [0.1] * 3, cfg_train_steps=10000,
+                                                   cfg_prior_trust_step_failures=True))
+    out = tmp_path / "pooled_newer"
+    assert pooled.main(["--reports", str(bench), str(more), "--replacing", str(newer), "--configfile",
+                        str(BENCHMARK), "--out", str(out)]) == 0
+    runs = pd.read_csv(out / "tables" / "runs.csv")
+    adversarial = runs[runs["ablation"] == "full_adversarial"]
+    assert len(runs) == 18 and set(adversarial["source"]) == {str(newer)} and len(adversarial) == 3
+    text = (out / "README.md").read_text()
+    assert f"| MiniGrid-DoorKey-5x5-v0 | full_adversarial | 5 ({bench}) | {newer} |" in text
+    assert "AUC: 0.100 vs 0.9 × 0.050 = 0.045 → **met**" in text
+    # the same folder as older and newer, or a newer report without runs: one line, nothing written
+    with pytest.raises(SystemExit) as same:
+        pooled.main(["--reports", str(bench), "--replacing", str(bench), "--out", str(tmp_path / "z")])
+    assert same.value.code == 2 and "--replacing: also in --reports" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as empty:
+        pooled.main(["--reports", str(bench), "--replacing", str(tmp_path / "none"), "--out", str(tmp_path / "z")])
+    assert empty.value.code == 2 and "--replacing: no runs table" in capsys.readouterr().err
+    assert not (tmp_path / "z").exists()
 
 
 def test_grid_parallel_merges_configs_like_snakemake_and_archives_runs_without_checkpoints(tmp_path):
