@@ -12,6 +12,7 @@ excludes 0, "no evidence of a difference" otherwise. Nothing is typed by hand.
 
 Below the table, the same differences paired by seed (AUC and final SR, seeds run on both sides): a seed's
 runs share their evaluation layouts and env seeds in every arm, so its difficulty cancels in the pair.
+Then, where both sides ran advice trust, in how many runs and how soon the advice was caught (act-time trust < 0.1).
 
 ``--against ARM`` compares every arm of the experiment with the baseline's ``ARM`` instead of its namesake
 (e.g. a diagnosis arm against ``rl_only``: is the regret still there?), into ``comparison_vs_<ARM>.md``.
@@ -31,7 +32,7 @@ from lore.analysis.latex import FEW_SEEDS
 
 METRICS = {"auc": "AUC", "sr@2500": "SR @2.5k", "sr@5000": "SR @5k", "final_sr": "final SR",
            "beta_disagree_avg": "β advised, disagree", "beta_agree_avg": "β advised, agree",
-           "llm_calls": "API calls"}
+           "trust_low_frac": "share of log points with act-time trust < 0.1", "llm_calls": "API calls"}
 """Columns of runs.csv compared (those absent from either table are skipped) -> their label."""
 
 
@@ -83,7 +84,26 @@ def paired_rows(baseline: pd.DataFrame, experiment: pd.DataFrame, seed: int = 0,
     return rows
 
 
-def markdown(rows: list[dict], title: str, baseline: str = "docs/benchmark", paired: list[dict] | None = None) -> str:
+def caught_rows(baseline: pd.DataFrame, experiment: pd.DataFrame, against: str | None = None) -> list[dict]:
+    """Per (env, arm) with advice trust on both sides: in how many runs the act-time trust fell below 0.1
+    (``trust_low_step``) and the median and range of the first env step it did, for either side."""
+    rows = []
+    for (env, arm), group in experiment.groupby(["env", "ablation"], sort=True):
+        base = baseline[(baseline["env"] == env) & (baseline["ablation"] == (against or arm))]
+        if "trust_low_frac" not in group or "trust_low_frac" not in base or not len(base):
+            continue
+        row = {"env": env, "arm": arm if against is None else f"{arm} vs {against}"}
+        for side, runs in (("experiment", group), ("benchmark", base)):
+            ran = runs[runs["trust_low_frac"].notna()]
+            steps = ran["trust_low_step"].dropna() if "trust_low_step" in ran else pd.Series(dtype=float)
+            row[side] = (f"{len(steps)} / {len(ran)}" + (f", median {steps.median():.0f} ({steps.min():.0f}–"
+                                                          f"{steps.max():.0f})" if len(steps) else ""))
+        rows.append(row)
+    return rows
+
+
+def markdown(rows: list[dict], title: str, baseline: str = "docs/benchmark", paired: list[dict] | None = None,
+             caught: list[dict] | None = None) -> str:
     against = "the benchmark's runs" if baseline == "docs/benchmark" else f"the runs of `{baseline}`"
     lines = [f"# {title}: against {against}", "",
              "Written by `benchmarks/experiment_compare.py` from the two reports' `tables/runs.csv`; do not edit. "
@@ -107,6 +127,12 @@ def markdown(rows: list[dict], title: str, baseline: str = "docs/benchmark", pai
             flag = "" if r["n"] >= FEW_SEEDS else "†"
             lines.append(f"| {r['env']} | {r['arm']} | {r['metric']} | {r['n']}{flag} | {r['difference']:+.3f} "
                          f"[{r['low']:+.3f}, {r['high']:+.3f}] | {r['reading']} |")
+    if caught:
+        lines += ["", "## When the advice was caught", "",
+                  "Runs whose act-time trust in the LLM fell below 0.1 (advice then acts at most at a fifth of beta) "
+                  "out of the runs with advice trust, and the first logged env step it did: median (range) over "
+                  "those runs.", "", "| env | arm | experiment | benchmark |", "|---|---|---|---|"]
+        lines += [f"| {r['env']} | {r['arm']} | {r['experiment']} | {r['benchmark']} |" for r in caught]
     return "\n".join(lines) + "\n"
 
 
@@ -131,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     out = args.experiment / ("comparison.md" if args.against is None else f"comparison_vs_{args.against}.md")
     paired = paired_rows(baseline, experiment, against=args.against)
-    text = markdown(rows, args.title or args.experiment.name, str(args.baseline).rstrip("/"), paired)
+    text = markdown(rows, args.title or args.experiment.name, str(args.baseline).rstrip("/"), paired,
+                    caught_rows(baseline, experiment, against=args.against))
     tmp = out.with_suffix(".md.tmp")
     tmp.write_text(text)
     tmp.replace(out)

@@ -353,6 +353,15 @@ def test_prior_run_metrics_read_what_the_prior_did_after_the_prefill():
     assert out["trust_llm_last"] == pytest.approx(0.2)
     assert out["temperature_refits_last"] == 2 and out["temperature_refits_at_bound_last"] == 1
     assert (out["temperature_lo"], out["temperature_hi"]) == (0.7, 1.0)
+    assert "trust_low_step" not in out  # the arm has no advice trust
+    # advice caught: the first logged step with act-time trust < 0.1 after the prefill, and how often it is
+    run.config["prior"]["trust"] = True
+    run.metrics["trust_act_llm"] = [0.01, 0.5, 0.05, 0.3]
+    out = prior_run_metrics(run)
+    assert out["trust_low_step"] == 1000 and out["trust_low_frac"] == pytest.approx(1 / 3)
+    run.metrics["trust_act_llm"] = [0.01, 0.5, 0.4, 0.3]
+    out = prior_run_metrics(run)
+    assert "trust_low_step" not in out and out["trust_low_frac"] == 0.0
     run.config["prior"]["enabled"] = False
     assert prior_run_metrics(run) == {}
 

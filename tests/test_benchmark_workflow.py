@@ -415,6 +415,21 @@ def test_experiment_comparison_reads_each_difference_from_its_interval(tmp_path,
         cmp.main(["--experiment", str(exp), "--baseline", str(base), "--against", "rl_onyl"])
     assert unknown.value.code == 2 and "no arm 'rl_onyl'" in capsys.readouterr().err
 
+    # when the advice was caught: runs whose act-time trust fell below 0.1, and the first step it did
+    def caught(folder: Path, steps: list[float | None]) -> Path:
+        (folder / "tables").mkdir(parents=True)
+        pd.DataFrame([{"env": "E", "ablation": "full_adversarial", "seed": i, "auc": 0.1, "final_sr": 0.1,
+                       "trust_low_frac": 0.0 if s is None else 0.5, "trust_low_step": s}
+                      for i, s in enumerate(steps)]).to_csv(folder / "tables" / "runs.csv", index=False)
+        return folder
+
+    early = caught(tmp_path / "early", [1000, 1500, 2500])
+    late = caught(tmp_path / "late", [4000, None, 9000, None])
+    assert cmp.main(["--experiment", str(early), "--baseline", str(late)]) == 0
+    section = (early / "comparison.md").read_text().split("## When the advice was caught")[1]
+    assert "| E | full_adversarial | 3 / 3, median 1500 (1000–2500) | 2 / 4, median 6500 (4000–9000) |" in section
+    assert "## When the advice was caught" not in (hard / "comparison_vs_rl_only.md").read_text()  # no trust
+
 
 def _runs_csv(folder: Path, rows: list[dict]) -> Path:
     (folder / "tables").mkdir(parents=True)

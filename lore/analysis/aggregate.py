@@ -88,6 +88,10 @@ PRIOR_MEAN = ("beta_mean", "prior_mask_frac", "kl_mix_wm", "kl_mix_wm_train", "b
               "u_entropy_frac_agree", "u_value_ratio_disagree", "u_value_ratio_agree",
               "u_disagreement_ratio_disagree", "u_disagreement_ratio_agree")
 
+TRUST_LOW = 0.1
+"""Act-time trust below which advice is treated as caught (``trust_low_step``, ``trust_low_frac``): it then
+acts at most at a fifth of beta (:func:`lore.prior.trust.act_scale`)."""
+
 
 LOOP_LAST = ("steps_per_s", "update_ms", "update_time_frac")
 """Speed of the training loop, cumulative over the run, so the last logged value is the whole run's."""
@@ -113,7 +117,9 @@ def prior_run_metrics(run: Run) -> dict[str, float]:
 
     ``<name>_last``: last logged value (trust, refit counters); ``<name>_avg``: mean over log points;
     ``kl_act_max``: the largest logged act-time KL(pi_mix || pi_wm) on advised states;
-    ``lambda_below_max_frac``: share of log points with lambda < lambda_max; ``temperature_lo/hi``: T range.
+    ``lambda_below_max_frac``: share of log points with lambda < lambda_max; ``temperature_lo/hi``: T range;
+    ``trust_low_step``: first logged env step with the LLM's act-time trust below :data:`TRUST_LOW` (absent if
+    never), ``trust_low_frac``: share of log points where it is, how soon and how steadily advice is caught.
     """
     m = run.metrics
     if not len(m) or "beta_mean" not in m or "env_step" not in m:
@@ -143,6 +149,12 @@ def prior_run_metrics(run: Run) -> dict[str, float]:
     lam = finite("lambda_kl")
     if lam.size and prior.get("kl_mode") == "lagrangian":
         out["lambda_below_max_frac"] = float(np.mean(lam < float(prior.get("lambda_max", math.inf)) - 1e-9))
+    if prior.get("trust") and "trust_act_llm" in m:
+        trust = m["trust_act_llm"].to_numpy(float)
+        low = np.isfinite(trust) & (trust < TRUST_LOW)
+        out["trust_low_frac"] = float(low[np.isfinite(trust)].mean()) if np.isfinite(trust).any() else math.nan
+        if low.any():
+            out["trust_low_step"] = float(m["env_step"].to_numpy(float)[low.argmax()])
     temps = finite("temperature")
     if temps.size and prior.get("align_temperature"):
         out["temperature_lo"], out["temperature_hi"] = float(temps.min()), float(temps.max())
