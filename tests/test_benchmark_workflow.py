@@ -305,7 +305,7 @@ def test_the_not_below_target_reads_the_difference_ci_and_prints_the_stricter_re
     ("trust_model_failures", "bench_trust_model_failures", " --set prior.trust_model_failures=true",
      {"full", "full_adversarial"}, 10 + 2 * 5, "docs/benchmark/trust_model_failures"),
     ("trust_step_failures", "bench_trust_step_failures", " --set prior.trust_step_failures=true",
-     {"full", "full_adversarial"}, 10 + 2 * 5, "docs/benchmark/trust_step_failures"),
+     {"full", "full_adversarial"}, 20 + 2 * 5, "docs/benchmark/trust_step_failures"),
     ("advice_silenced", "bench_advice_silenced", " --set prior.beta_max=0.0 --set features.enabled=false",
      {"full_adversarial"}, 10, "docs/benchmark/advice_silenced"),
     ("no_features", "bench_no_features", " --set features.enabled=false",
@@ -313,6 +313,10 @@ def test_the_not_below_target_reads_the_difference_ci_and_prints_the_stricter_re
     # not experiments: the benchmark's own settings, run again on newer code or for more seeds
     ("rerun_current", "bench_rerun_current", "", {"rl_only", "kl", "full", "full_adversarial", "full_noisy"}, 5 * 5,
      "docs/benchmark/rerun_current"),
+    ("heldout_distshift", "bench_heldout_distshift", "", {"rl_only", "kl", "full", "full_adversarial"}, 4 * 3,
+     "docs/benchmark/heldout_distshift"),
+    ("heldout_obstacles", "bench_heldout_obstacles", "", {"rl_only", "kl", "full", "full_adversarial"}, 4 * 3,
+     "docs/benchmark/heldout_obstacles"),
     ("current_default", "bench_current_default", "", {"full_noisy", "full_adversarial", "full_distill"}, 3 * 5,
      "docs/benchmark/current_default"),
     # not an experiment: a subset of the benchmark's own runs, into the benchmark's own report
@@ -342,9 +346,11 @@ def test_an_experiment_overlay_changes_only_its_settings_of_the_benchmark_runs(t
     assert len(runs) == count and {run.split("/")[2] for run in runs} == arms
     for run, args in runs.items():
         assert added in args
-        if run not in bench:  # a seed the benchmark does not run: its seed-0 command with the seed changed
-            seed = run.rsplit("/seed", 1)[1]
-            template = bench[run.rsplit("/seed", 1)[0] + "/seed0"]
+        if run not in bench:  # a seed (or env) the benchmark does not run: its seed-0 command with those changed
+            env, arm, seed = run.split("/")[1], run.split("/")[2], run.rsplit("/seed", 1)[1]
+            held_out = "MiniGrid-LavaGapS5-v0"
+            template = bench.get(f"runs/{env}/{arm}/seed0") or bench[f"runs/{held_out}/{arm}/seed0"].replace(
+                held_out, env)
             bench[run] = template.replace("/seed0 ", f"/seed{seed} ").replace("--seed 0 ", f"--seed {seed} ")
         assert args.replace(added, "") == bench[run]
     assert f"{report}/README.md" in _planned_paths(proc.stdout)
@@ -496,6 +502,23 @@ def test_pooled_report_pools_seeds_of_one_configuration_and_reads_the_targets_on
         pooled.main(["--reports", str(bench), "--replacing", str(tmp_path / "none"), "--out", str(tmp_path / "z")])
     assert empty.value.code == 2 and "--replacing: no runs table" in capsys.readouterr().err
     assert not (tmp_path / "z").exists()
+
+
+def test_advisor_check_tells_the_advisors_apart_before_any_learning(capsys):
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import advisor_check as ac
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    good = ac.play("MiniGrid-Empty-5x5-v0", "good", 3)
+    assert good["success"] == 3 and good["failure"] == 0 and good["length"] < 10
+    bad = ac.play("MiniGrid-LavaGapS5-v0", "adversarial", 3)
+    assert bad["success"] == 0
+    with pytest.raises(ValueError, match="policy must be one of"):
+        ac.play("MiniGrid-Empty-5x5-v0", "greedy", 1)
+    with pytest.raises(SystemExit):
+        ac.main(["crafter"])
+    assert "only MiniGrid tasks" in capsys.readouterr().err
 
 
 def test_grid_parallel_merges_configs_like_snakemake_and_archives_runs_without_checkpoints(tmp_path):
