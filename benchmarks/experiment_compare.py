@@ -90,8 +90,9 @@ def caught_rows(baseline: pd.DataFrame, experiment: pd.DataFrame, against: str |
     rows = []
     for (env, arm), group in experiment.groupby(["env", "ablation"], sort=True):
         base = baseline[(baseline["env"] == env) & (baseline["ablation"] == (against or arm))]
-        if "trust_low_frac" not in group or "trust_low_frac" not in base or not len(base):
-            continue
+        if ("trust_low_frac" not in group or "trust_low_frac" not in base or group["trust_low_frac"].isna().all()
+                or base["trust_low_frac"].isna().all()):
+            continue  # one side ran no advice trust, or predates the column
         row = {"env": env, "arm": arm if against is None else f"{arm} vs {against}"}
         for side, runs in (("experiment", group), ("benchmark", base)):
             ran = runs[runs["trust_low_frac"].notna()]
