@@ -80,7 +80,7 @@ def sources_lines(runs: pd.DataFrame) -> list[str]:
 
 
 def markdown(runs: pd.DataFrame, stats: pd.DataFrame, settings: AnalysisSettings, title: str,
-             replaced: list[str] | None = None) -> str:
+             replaced: list[str] | None = None, note: str | None = None) -> str:
     summary = summary_table(stats, runs, settings)
     lines = [f"# {title}", "",
              "Written by `benchmarks/pooled_report.py` from the `tables/runs.csv` of the reports listed below; "
@@ -88,6 +88,8 @@ def markdown(runs: pd.DataFrame, stats: pd.DataFrame, settings: AnalysisSettings
              f"{settings.confidence:.0%} bootstrap CI over seeds († fewer than {FEW_SEEDS}); AUC = mean eval SR "
              "over the run. Every pooled arm ran one configuration (its recorded settings are checked equal).", "",
              "Where each arm's seeds come from:", ""] + sources_lines(runs) + [""]
+    if note:
+        lines += [note, ""]
     if replaced:
         lines += ["Runs left out, replaced by every run of the same arm in a newer report (`--replacing`):", "",
                   "| env | arm | runs left out (report) | replaced by |", "|---|---|---|---|"] + replaced + [""]
@@ -107,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="workflow config whose analysis: section sets budgets and bootstrap")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--title", default="LLM-prior benchmark, pooled runs")
+    p.add_argument("--note", default=None, help="a paragraph below the sources (e.g. which arms predate a default)")
     args = p.parse_args(argv)
     for flag, reports in (("--reports", args.reports), ("--replacing", args.replacing)):
         missing = [str(r / "tables" / "runs.csv") for r in reports if not (r / "tables" / "runs.csv").is_file()]
@@ -130,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "tables").mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.out / "tables" / "runs.csv", runs.to_csv(index=False, float_format="%.6g"))
     atomic_write_text(args.out / "tables" / "stats.csv", stats.to_csv(index=False, float_format="%.6g"))
-    atomic_write_text(args.out / "README.md", markdown(runs, stats, settings, args.title, replaced))
+    atomic_write_text(args.out / "README.md", markdown(runs, stats, settings, args.title, replaced, args.note))
     print(f"pooled_report: {len(runs)} runs -> {args.out / 'README.md'}")
     return 0
 

@@ -489,12 +489,13 @@ def test_pooled_report_pools_seeds_of_one_configuration_and_reads_the_targets_on
                                                    cfg_prior_trust_step_failures=True))
     out = tmp_path / "pooled_newer"
     assert pooled.main(["--reports", str(bench), str(more), "--replacing", str(newer), "--configfile",
-                        str(BENCHMARK), "--out", str(out)]) == 0
+                        str(BENCHMARK), "--out", str(out), "--note", "kl_adversarial predates it."]) == 0
     runs = pd.read_csv(out / "tables" / "runs.csv")
     adversarial = runs[runs["ablation"] == "full_adversarial"]
     assert len(runs) == 18 and set(adversarial["source"]) == {str(newer)} and len(adversarial) == 3
     text = (out / "README.md").read_text()
     assert f"| MiniGrid-DoorKey-5x5-v0 | full_adversarial | 5 ({bench}) | {newer} |" in text
+    assert "\n\nkl_adversarial predates it.\n\n" in text
     assert "AUC: 0.100 vs 0.9 × 0.050 = 0.045 → **met**" in text
     # the same folder as older and newer, or a newer report without runs: one line, nothing written
     with pytest.raises(SystemExit) as same:
