@@ -215,6 +215,12 @@ class PriorConfig:
     its dead zone)); 0.5 without evidence."""
     trust_dead_zone: float = 1.0
     """Standard errors of the advised-vs-control episode t that count as no evidence (see lore.prior.trust)."""
+    trust_value_weight: float = 1.0
+    """Weight of the value z-score (the critic's one-step rating of the advised action against an average one) in
+    the trust evidence; 0 leaves the evidence to the realised returns and the failures. Beside lava (LavaGapS5,
+    DistShift1) the critic rates the *good* advisor below an average action in some seeds (median batch z about
+    -0.5 over a run; a step beside lava looks risky to a young model, turning in place does not), which blocks its
+    absorption. Measured as an overlay: config/trust_value_off.yaml."""
     trust_act_evidence: Literal["combined", "returns"] = "combined"
     """Evidence behind the act-time scale ``min(1, 2 * trust)`` (and how often the LLM is asked).
     ``combined``: the same trust as the KL absorption (value z-score + dead-zoned episode t).
@@ -766,6 +772,7 @@ LIMITS: dict[str, Limit] = {
     "prior.trust_gain": _POSITIVE,
     "prior.trust_decay": _DECAY,
     "prior.trust_dead_zone": _closed(0.0, 100.0),
+    "prior.trust_value_weight": _closed(0.0, 100.0),
     "prior.trust_act_floor": Limit(0.0, 0.5, hi_open=True),  # 0.5 would cut off uninformed advice
     "prior.trust_act_uninformed": Limit(0.0, 1.0, lo_open=True),  # 0 would never act, so never earn trust
     "prior.trust_min_gap": Limit(0.0, MAX_SCALE, lo_open=True),

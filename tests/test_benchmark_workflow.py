@@ -310,6 +310,8 @@ def test_the_not_below_target_reads_the_difference_ci_and_prints_the_stricter_re
      {"full_adversarial"}, 10, "docs/benchmark/advice_silenced"),
     ("no_features", "bench_no_features", " --set features.enabled=false",
      {"full", "full_adversarial"}, 10 + 5, "docs/benchmark/no_features"),
+    ("trust_value_off", "bench_trust_value_off", " --set prior.trust_value_weight=0.0",
+     {"full", "full_adversarial"}, 2 * 5, "docs/benchmark/trust_value_off"),
     ("features_residual", "bench_features_residual", " --set features.enabled=false",
      {"full_adversarial"}, 10, "docs/benchmark/features_residual"),
     # not experiments: the benchmark's own settings, run again on newer code or for more seeds

@@ -117,6 +117,8 @@ def test_parse_override_parses_yaml_values():
     ("prior.control_allocation=thompson", "prior.control_allocation"),
     ("prior.trust_act_floor=-0.1", "prior.trust_act_floor"),
     ("prior.trust_act_uninformed=0", "prior.trust_act_uninformed"),
+    ("prior.trust_value_weight=-1", "prior.trust_value_weight"),
+    ("prior.trust_value_weight=inf", "prior.trust_value_weight"),
     ("prior.trust_act_uninformed=1.2", "prior.trust_act_uninformed"),
     ("prior.gate_full_at=0", "prior.gate_full_at"),
 ])

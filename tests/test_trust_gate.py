@@ -133,6 +133,17 @@ def test_trust_learns_from_the_critic_per_source():
     assert metrics["trust_plan"] > 0.8 and metrics["trust_surrogate"] == 0.5
 
 
+@pytest.mark.parametrize("weight, low", [(1.0, True), (0.5, True), (0.0, False)])
+def test_the_value_weight_scales_the_critics_say_in_the_trust(weight, low):
+    gen = torch.Generator().manual_seed(1)
+    layer = PriorLayer(prior_cfg(trust=True, trust_decay=0.9, trust_value_weight=weight), A, num_envs=3)
+    feed_advice(layer, gen, LLM, "worst")
+    z = layer.trust.mean_z("llm")
+    assert z < 0  # the critic rates the advice below an average action whatever the weight
+    assert layer.trust.evidence("llm") == pytest.approx(weight * z)
+    assert (layer.trust.value("llm") < 0.2) is low and (weight > 0 or layer.trust.value("llm") == 0.5)
+
+
 def test_trust_state_dict_round_trip():
     gen = torch.Generator().manual_seed(2)
     layer = PriorLayer(prior_cfg(trust=True, trust_decay=0.9), A, num_envs=2)

@@ -107,7 +107,7 @@ class PriorLayer:
         self.normalisers = [EMANormalizer(cfg.ema_decay) for _ in UNCERTAINTY_KEYS]
         self.trust = AdviceTrust(cfg.trust_decay, cfg.trust_gain, cfg.trust_dead_zone, cfg.trust_act_evidence,
                                   cfg.trust_failures, cfg.trust_act_pooled, cfg.trust_model_failures,
-                                  cfg.trust_step_failures)
+                                  cfg.trust_step_failures, cfg.trust_value_weight)
         self.control = torch.zeros(self.num_envs, dtype=torch.bool)
         self.last_u: torch.Tensor | None = None
         """u(s) [num_envs] of the latest act step (the controller's trigger reads it, not a recomputation)."""

@@ -335,7 +335,7 @@ class AdviceTrust:
 
     def __init__(self, decay: float, gain: float, episode_dead_zone: float = 1.0, act_evidence: str = "combined",
                  failures: bool = False, act_pooled: bool = False, model_failures: bool = False,
-                 step_failures: bool = False):
+                 step_failures: bool = False, value_weight: float = 1.0):
         if not 0.0 <= decay < 1.0:
             raise ValueError(f"prior.trust_decay must be in [0, 1), got {decay}")
         if not gain > 0:
@@ -352,6 +352,9 @@ class AdviceTrust:
         self.act_pooled = bool(act_pooled)
         self.model_failures = bool(model_failures)
         self.step_failures = bool(step_failures)
+        if not 0.0 <= value_weight < math.inf:
+            raise ValueError(f"prior.trust_value_weight must be finite and >= 0, got {value_weight}")
+        self.value_weight = float(value_weight)
         self.steps = StepFailures()
         self._ema = {name: 0.0 for name in ADVICE_SOURCES}
         self._count = {name: 0 for name in ADVICE_SOURCES}
@@ -405,13 +408,14 @@ class AdviceTrust:
         return harm_only(self.steps.z(name), self.episode_dead_zone) if self.step_failures else 0.0
 
     def evidence(self, name: str) -> float:
-        """Value z-score EMA plus the advised-vs-control episode t-statistic beyond its dead zone.
+        """Value z-score EMA (times ``value_weight``) plus the advised-vs-control episode t-statistic beyond its
+        dead zone, plus the harm evidence that is switched on.
 
         The episode evidence counts for every source: an advised episode mixes whatever answered (the LLM,
         its plan, PriorNet in its stead), so the comparison cannot attribute between them, and PriorNet
         answers only while its held-out KL to the LLM is small, i.e. while it says what the LLM would say.
         """
-        return (self.mean_z(name) + dead_zone(self.episodes.t_statistic(), self.episode_dead_zone)
+        return (self.value_weight * self.mean_z(name) + dead_zone(self.episodes.t_statistic(), self.episode_dead_zone)
                 + self.failure_harm() + self.model_failure_harm(name) + self.step_failure_harm(name))
 
     def failure_harm(self) -> float:
