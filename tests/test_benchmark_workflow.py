@@ -312,6 +312,8 @@ def test_the_not_below_target_reads_the_difference_ci_and_prints_the_stricter_re
      {"full", "full_adversarial"}, 10 + 5, "docs/benchmark/no_features"),
     ("trust_value_off", "bench_trust_value_off", " --set prior.trust_value_weight=0.0",
      {"full", "full_adversarial"}, 2 * 5, "docs/benchmark/trust_value_off"),
+    ("temperature_off", "bench_temperature_off", " --set prior.align_temperature=false",
+     {"full"}, 5 + 3, "docs/benchmark/temperature_off"),
     ("features_residual", "bench_features_residual", " --set features.enabled=false",
      {"full_adversarial"}, 10, "docs/benchmark/features_residual"),
     # not experiments: the benchmark's own settings, run again on newer code or for more seeds
