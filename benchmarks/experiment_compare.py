@@ -27,13 +27,26 @@ from pathlib import Path
 import pandas as pd
 
 from lore.analysis import stats as st
+from lore.analysis.aggregate import TRUST_LOW
 from lore.analysis.benchmark_report import interval_word
 from lore.analysis.latex import FEW_SEEDS
 
 METRICS = {"auc": "AUC", "sr@2500": "SR @2.5k", "sr@5000": "SR @5k", "final_sr": "final SR",
            "beta_disagree_avg": "β advised, disagree", "beta_agree_avg": "β advised, agree",
-           "trust_low_frac": "share of log points with act-time trust < 0.1", "llm_calls": "API calls"}
+           "trust_low_frac": f"share of log points with act-time trust < {TRUST_LOW:g}", "llm_calls": "API calls"}
 """Columns of runs.csv compared (those absent from either table are skipped) -> their label."""
+
+
+def arm_pairs(baseline: pd.DataFrame, experiment: pd.DataFrame, against: str | None = None):
+    """``(env, label, experiment runs, baseline runs)`` per (env, arm) of the experiment whose baseline arm ran.
+
+    ``against``: the baseline arm every experiment arm is compared with (default: the arm of the same name),
+    named in the label as ``"<arm> vs <against>"``.
+    """
+    for (env, arm), group in experiment.groupby(["env", "ablation"], sort=True):
+        base = baseline[(baseline["env"] == env) & (baseline["ablation"] == (against or arm))]
+        if len(base):
+            yield env, (arm if against is None else f"{arm} vs {against}"), group, base
 
 
 def comparison_rows(baseline: pd.DataFrame, experiment: pd.DataFrame, seed: int = 0,
@@ -43,10 +56,7 @@ def comparison_rows(baseline: pd.DataFrame, experiment: pd.DataFrame, seed: int 
     ``against``: the baseline arm every experiment arm is compared with (default: the arm of the same name).
     """
     rows = []
-    for (env, arm), group in experiment.groupby(["env", "ablation"], sort=True):
-        base = baseline[(baseline["env"] == env) & (baseline["ablation"] == (against or arm))]
-        if not len(base):
-            continue
+    for env, arm, group, base in arm_pairs(baseline, experiment, against):
         for metric, label in METRICS.items():
             if metric not in group or metric not in base:
                 continue
@@ -54,7 +64,7 @@ def comparison_rows(baseline: pd.DataFrame, experiment: pd.DataFrame, seed: int 
             if not (x.size and y.size):
                 continue
             c = st.compare(x, y, seed=seed)
-            rows.append({"env": env, "arm": arm if against is None else f"{arm} vs {against}", "metric": label, "n_experiment": c.n_x, "n_benchmark": c.n_y,
+            rows.append({"env": env, "arm": arm, "metric": label, "n_experiment": c.n_x, "n_benchmark": c.n_y,
                          "experiment": c.mean_x, "benchmark": c.mean_y, "difference": c.difference.estimate,
                          "low": c.difference.low, "high": c.difference.high, "p_higher": c.p_improve.estimate,
                          "reading": interval_word(c.difference.low, c.difference.high)})
@@ -68,8 +78,7 @@ def paired_rows(baseline: pd.DataFrame, experiment: pd.DataFrame, seed: int = 0,
                 against: str | None = None) -> list[dict]:
     """One row per (env, arm, metric) with seeds run on both sides: the mean per-seed difference and its CI."""
     rows = []
-    for (env, arm), group in experiment.groupby(["env", "ablation"], sort=True):
-        base = baseline[(baseline["env"] == env) & (baseline["ablation"] == (against or arm))]
+    for env, arm, group, base in arm_pairs(baseline, experiment, against):
         for metric, label in PAIRED_METRICS.items():
             if metric not in group or metric not in base:
                 continue
@@ -78,22 +87,20 @@ def paired_rows(baseline: pd.DataFrame, experiment: pd.DataFrame, seed: int = 0,
             if len(both) < 2:
                 continue
             d = st.paired_difference(both["x"].to_numpy(), both["y"].to_numpy(), seed=seed)
-            rows.append({"env": env, "arm": arm if against is None else f"{arm} vs {against}", "metric": label,
-                         "n": len(both), "difference": d.estimate, "low": d.low, "high": d.high,
+            rows.append({"env": env, "arm": arm, "metric": label, "n": len(both), "difference": d.estimate, "low": d.low, "high": d.high,
                          "reading": interval_word(d.low, d.high)})
     return rows
 
 
 def caught_rows(baseline: pd.DataFrame, experiment: pd.DataFrame, against: str | None = None) -> list[dict]:
-    """Per (env, arm) with advice trust on both sides: in how many runs the act-time trust fell below 0.1
+    """Per (env, arm) with advice trust on both sides: in how many runs the act-time trust fell below TRUST_LOW
     (``trust_low_step``) and the median and range of the first env step it did, for either side."""
     rows = []
-    for (env, arm), group in experiment.groupby(["env", "ablation"], sort=True):
-        base = baseline[(baseline["env"] == env) & (baseline["ablation"] == (against or arm))]
+    for env, arm, group, base in arm_pairs(baseline, experiment, against):
         if ("trust_low_frac" not in group or "trust_low_frac" not in base or group["trust_low_frac"].isna().all()
                 or base["trust_low_frac"].isna().all()):
             continue  # one side ran no advice trust, or predates the column
-        row = {"env": env, "arm": arm if against is None else f"{arm} vs {against}"}
+        row = {"env": env, "arm": arm}
         for side, runs in (("experiment", group), ("benchmark", base)):
             ran = runs[runs["trust_low_frac"].notna()]
             steps = ran["trust_low_step"].dropna() if "trust_low_step" in ran else pd.Series(dtype=float)
@@ -130,7 +137,8 @@ def markdown(rows: list[dict], title: str, baseline: str = "docs/benchmark", pai
                          f"[{r['low']:+.3f}, {r['high']:+.3f}] | {r['reading']} |")
     if caught:
         lines += ["", "## When the advice was caught", "",
-                  "Runs whose act-time trust in the LLM fell below 0.1 (advice then acts at most at a fifth of beta) "
+                  f"Runs whose act-time trust in the LLM fell below {TRUST_LOW:g} (advice then acts at most at a fifth "
+                  "of beta) "
                   "out of the runs with advice trust, and the first logged env step it did: median (range) over "
                   "those runs.", "", "| env | arm | experiment | benchmark |", "|---|---|---|---|"]
         lines += [f"| {r['env']} | {r['arm']} | {r['experiment']} | {r['benchmark']} |" for r in caught]

@@ -123,9 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     config = yaml.safe_load(args.configfile.read_text()) or {}
     try:
         settings = AnalysisSettings.from_mapping(config.get("analysis"))
-        older, replaced = replaced_arms({str(r): pd.read_csv(r / "tables" / "runs.csv") for r in args.reports},
-                                        {str(r): pd.read_csv(r / "tables" / "runs.csv") for r in args.replacing})
-        runs = pooled_runs({**older, **{str(r): pd.read_csv(r / "tables" / "runs.csv") for r in args.replacing}})
+        newer = {str(r): pd.read_csv(r / "tables" / "runs.csv") for r in args.replacing}
+        older, replaced = replaced_arms({str(r): pd.read_csv(r / "tables" / "runs.csv") for r in args.reports}, newer)
+        runs = pooled_runs({**older, **newer})
     except (PoolError, ValueError) as exc:
         print(f"pooled_report: error: {exc}", file=sys.stderr)
         return 2
