@@ -16,6 +16,7 @@ Then, where both sides ran advice trust, in how many runs and how soon the advic
 
 ``--against ARM`` compares every arm of the experiment with the baseline's ``ARM`` instead of its namesake
 (e.g. a diagnosis arm against ``rl_only``: is the regret still there?), into ``comparison_vs_<ARM>.md``.
+``--out FILE`` names the markdown instead (a second baseline beside the first, e.g. a diagnosis overlay).
 """
 
 from __future__ import annotations
@@ -152,7 +153,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--title", default=None, help="heading (default: the experiment folder's name)")
     p.add_argument("--against", default=None, metavar="ARM",
                    help="compare every arm with this baseline arm (writes comparison_vs_ARM.md)")
+    p.add_argument("--out", type=Path, default=None, metavar="FILE",
+                   help="the markdown to write (default: comparison.md or comparison_vs_ARM.md in the experiment folder)")
     args = p.parse_args(argv)
+    if args.out is not None and (args.out.suffix != ".md" or not args.out.parent.is_dir()):
+        p.error(f"--out: {args.out} must be a .md file in an existing folder")
     tables = [folder / "tables" / "runs.csv" for folder in (args.baseline, args.experiment)]
     for path in tables:
         if not path.is_file():
@@ -164,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     if not rows:
         print(f"experiment_compare: no (env, arm) of {tables[1]} is in {tables[0]}", file=sys.stderr)
         return 1
-    out = args.experiment / ("comparison.md" if args.against is None else f"comparison_vs_{args.against}.md")
+    out = args.out or args.experiment / ("comparison.md" if args.against is None else f"comparison_vs_{args.against}.md")
     paired = paired_rows(baseline, experiment, against=args.against)
     text = markdown(rows, args.title or args.experiment.name, str(args.baseline).rstrip("/"), paired,
                     caught_rows(baseline, experiment, against=args.against))

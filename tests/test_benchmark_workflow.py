@@ -410,6 +410,7 @@ def test_experiment_comparison_reads_each_difference_from_its_interval(tmp_path,
     # --against: every experiment arm against one baseline arm, into its own file
     assert cmp.main(["--experiment", str(exp), "--baseline", str(base), "--against", "kl"]) == 0
     assert (exp / "comparison.md").read_text() == text  # untouched
+    text_before_out = text
     rows = [line for line in (exp / "comparison_vs_kl.md").read_text().split("## Paired by seed")[0].splitlines()
             if "| AUC |" in line]
     assert [r.split(" | ")[1] for r in rows] == ["full vs kl", "only_here vs kl"]
@@ -426,6 +427,16 @@ def test_experiment_comparison_reads_each_difference_from_its_interval(tmp_path,
     with pytest.raises(SystemExit) as unknown:
         cmp.main(["--experiment", str(exp), "--baseline", str(base), "--against", "rl_onyl"])
     assert unknown.value.code == 2 and "no arm 'rl_onyl'" in capsys.readouterr().err
+    # --out: a second baseline into a file of its own, the others untouched; a bad target is refused first
+    assert cmp.main(["--experiment", str(exp), "--baseline", str(hard), "--against", "rl_only",
+                     "--out", str(exp / "vs_hard.md")]) == 0
+    assert "# exp: against the runs of" in (exp / "vs_hard.md").read_text()
+    assert (exp / "comparison.md").read_text() == text_before_out
+    for bad in (exp / "vs_hard.txt", tmp_path / "no_such_dir" / "x.md"):
+        with pytest.raises(SystemExit) as refused:
+            cmp.main(["--experiment", str(exp), "--baseline", str(base), "--out", str(bad)])
+        assert refused.value.code == 2 and "--out" in capsys.readouterr().err
+        assert not bad.exists()
 
     # when the advice was caught: runs whose act-time trust fell below 0.1, and the first step it did
     def caught(folder: Path, steps: list[float | None]) -> Path:
