@@ -255,6 +255,13 @@ class PriorConfig:
     lore.prior.trust.StepFailures). Needs no reward to have been seen. On by default since measured as an overlay
     (config/trust_step_failures.yaml): LavaGapS5 full_adversarial AUC +0.039 (n = 10 vs the pooled 20), no longer
     told from rl_only; full unchanged on both environments (good advice never fails)."""
+    trust_episode_acted: bool = False
+    """The advised-vs-control episode comparison counts an advised episode only if the advice changed at least one
+    of its actions, and each group forgets per episode of its own (lore.prior.trust.EpisodeComparison). Without it,
+    episodes whose advice was already damped to nothing count as advised and look like the agent's own play, and the
+    control episodes wear the advised group away: measured on DistShift1 (config/heldout_distshift.yaml) the
+    adversary caught from returns at 2k env steps had its episode t back at 0 and acted at full strength from ~7k.
+    Measured as an overlay: config/trust_episode_acted.yaml."""
     trust_decay: float = 0.99
     """EMA decay of the trust evidence, per update."""
     trust_min_gap: float = 1e-3

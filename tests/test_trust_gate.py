@@ -1004,3 +1004,47 @@ def test_step_failures_catch_advice_whose_own_steps_end_the_episode():
     assert trust.value("llm") == pytest.approx(adversary.trust.value("llm"))
     trust.load_state_dict({k: v for k, v in adversary.trust.state_dict().items() if k != "steps"})
     assert trust.step_failure_harm("llm") == 0.0
+
+
+def test_episode_evidence_against_advice_that_stopped_acting_is_kept_with_trust_episode_acted():
+    """DistShift1's failure: the adversary is caught from returns, its advice stops changing actions, and the
+    advised episodes (now the agent's own play) and the control episodes wear the evidence away."""
+
+    def run(acted_flag: bool) -> tuple[float, float]:
+        layer = PriorLayer(prior_cfg(gate="fixed", trust=True, control_episodes=0.25, trust_step_failures=False,
+                                     trust_episode_acted=acted_flag), A, num_envs=1)
+        nothing, llm = torch.zeros(1, dtype=torch.bool), torch.full((1,), LLM)
+
+        def episode(control: bool, changed: bool, ret: float) -> None:
+            layer.control[0] = control
+            layer.observe_steps(torch.tensor([changed]), llm, nothing)
+            layer.observe_episode(0, ret)
+
+        for i in range(40):  # the advice acts and loses: advised episodes return 0, every other control one 1
+            if i % 4:
+                episode(False, True, 0.0)
+            else:
+                episode(True, False, float(i % 8 == 0))
+        caught = layer.trust.value("llm")
+        for i in range(200):  # then it changes nothing: both groups are the agent's own play
+            episode(i % 4 == 0, False, float(i % 3 == 0))
+        return caught, layer.trust.value("llm")
+
+    caught_off, later_off = run(False)
+    caught_on, later_on = run(True)
+    assert caught_off < 0.2 and caught_on < 0.2  # both catch it
+    assert later_off > 0.4  # without the flag the evidence is gone: trust back near the uninformed 0.5
+    assert later_on == pytest.approx(caught_on, abs=0.05) and later_on < 0.2  # with it, kept
+    # an advised episode counts only if the advice changed one of its actions; the flag resets per episode
+    layer = PriorLayer(prior_cfg(gate="fixed", trust=True, control_episodes=0.25, trust_episode_acted=True), A)
+    layer.observe_steps(torch.tensor([False]), torch.full((1,), LLM), torch.zeros(1, dtype=torch.bool))
+    layer.observe_episode(0, 1.0)
+    assert layer.trust.episodes.stats["advised"][0] == 0.0
+    layer.observe_steps(torch.tensor([True]), torch.full((1,), LLM), torch.zeros(1, dtype=torch.bool))
+    layer.observe_steps(torch.tensor([False]), torch.full((1,), LLM), torch.zeros(1, dtype=torch.bool))
+    assert bool(layer.acted[0])
+    state = layer.state_dict()
+    layer.observe_episode(0, 1.0)
+    assert layer.trust.episodes.stats["advised"][:2] == [1.0, 1.0] and not bool(layer.acted[0])
+    layer.load_state_dict(state)  # the flag of the episode in flight survives a checkpoint
+    assert bool(layer.acted[0])

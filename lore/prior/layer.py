@@ -107,11 +107,13 @@ class PriorLayer:
         self.normalisers = [EMANormalizer(cfg.ema_decay) for _ in UNCERTAINTY_KEYS]
         self.trust = AdviceTrust(cfg.trust_decay, cfg.trust_gain, cfg.trust_dead_zone, cfg.trust_act_evidence,
                                   cfg.trust_failures, cfg.trust_act_pooled, cfg.trust_model_failures,
-                                  cfg.trust_step_failures, cfg.trust_value_weight)
+                                  cfg.trust_step_failures, cfg.trust_value_weight, cfg.trust_episode_acted)
         self.control = torch.zeros(self.num_envs, dtype=torch.bool)
+        """Per env: is the current episode a control episode (prior off throughout)?"""
+        self.acted = torch.zeros(self.num_envs, dtype=torch.bool)
+        """Per env: has the advice changed an action of the current episode (``prior.trust_episode_acted``)?"""
         self.last_u: torch.Tensor | None = None
         """u(s) [num_envs] of the latest act step (the controller's trigger reads it, not a recomputation)."""
-        """Per env: is the current episode a control episode (prior off throughout)?"""
         self.labels: list[tuple[torch.Tensor, int]] = []
         """(prior logits [A], best action by one-step value) of recent advised replay states: T's data."""
         self.act_calls = 0
@@ -279,13 +281,22 @@ class PriorLayer:
         :class:`lore.prior.trust.EpisodeComparison`) is evidence for the trust (advised vs control).
 
         Called before the env's next act step, so ``control`` still describes the episode that ended.
+        With ``prior.trust_episode_acted`` an advised episode whose actions the advice never changed is no
+        evidence about the advice and is left out.
         """
+        acted, self.acted[env_index] = bool(self.acted[env_index]), False
+        control = bool(self.control[env_index])
+        if not control and self.cfg.trust_episode_acted and not acted:
+            return
         if self.cfg.enabled and self.cfg.trust and self.cfg.control_episodes > 0:
-            self.trust.episodes.observe(float(episode_return), bool(self.control[env_index]), bool(failed))
+            self.trust.episodes.observe(float(episode_return), control, bool(failed))
 
     def observe_steps(self, changed: torch.Tensor, source: torch.Tensor, failed: torch.Tensor) -> None:
         """One env step of every env: whether the advice changed the action, its source code and whether the
         step ended the episode in failure (evidence for ``prior.trust_step_failures``)."""
+        changed = torch.as_tensor(changed).bool().cpu()
+        if changed.shape == self.acted.shape:
+            self.acted |= changed
         if self.cfg.enabled and self.cfg.trust and self.cfg.trust_step_failures:
             self.trust.steps.observe(torch.as_tensor(changed), torch.as_tensor(source), torch.as_tensor(failed))
 
@@ -572,6 +583,7 @@ class PriorLayer:
             "lambda_kl": self.lambda_kl,
             "normalisers": [n.state_dict() for n in self.normalisers],
             "control": self.control.tolist(),
+            "acted": self.acted.tolist(),
             "trust": self.trust.state_dict(),
             "labels": [(p.tolist(), y) for p, y in self.labels],
             "refits_at_bound": self.refits_at_bound,
@@ -594,6 +606,8 @@ class PriorLayer:
             raise ValueError(f"PriorLayer.load_state_dict: saved state has {control.numel()} envs, "
                              f"this layer has num_envs={self.num_envs}")
         self.control = control
+        # checkpoints written before the flag was kept: the episodes in flight count as acted on
+        self.acted = torch.tensor(state.get("acted", [True] * self.num_envs), dtype=torch.bool)
         self.trust.load_state_dict(state["trust"])
         self.labels = [(torch.tensor(p), int(y)) for p, y in state["labels"]]
         self.refits_at_bound = int(state["refits_at_bound"])

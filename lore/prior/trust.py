@@ -227,19 +227,25 @@ class EpisodeComparison:
     control episodes of an untrained agent beside the lava fail often too (z -1.2 at 2.5k env steps).
     """
 
-    def __init__(self, decay: float = 0.98, min_episodes: int = 3, min_gap: float = 1e-3):
+    def __init__(self, decay: float = 0.98, min_episodes: int = 3, min_gap: float = 1e-3, per_group: bool = False):
         if not 0.0 <= decay < 1.0:
             raise ValueError(f"episode decay must be in [0, 1), got {decay}")
         self.decay, self.min_episodes, self.min_gap = float(decay), int(min_episodes), float(min_gap)
+        # per_group: each group forgets per episode of its own (prior.trust_episode_acted), so evidence about
+        # advice that has stopped acting is kept instead of being worn away by the control episodes
+        self.per_group = bool(per_group)
         # weight, sum of returns, sum of squared returns, failures
         self.stats = {"advised": [0.0, 0.0, 0.0, 0.0], "control": [0.0, 0.0, 0.0, 0.0]}
 
     def observe(self, episode_return: float, control: bool, failed: bool = False) -> None:
         if not math.isfinite(episode_return):
             return
+        own = "control" if control else "advised"
         for name, st in self.stats.items():
+            if self.per_group and name != own:
+                continue
             st[:] = [v * self.decay for v in st]
-            if name == ("control" if control else "advised"):
+            if name == own:
                 st[0] += 1.0
                 st[1] += episode_return
                 st[2] += episode_return * episode_return
@@ -335,7 +341,7 @@ class AdviceTrust:
 
     def __init__(self, decay: float, gain: float, episode_dead_zone: float = 1.0, act_evidence: str = "combined",
                  failures: bool = False, act_pooled: bool = False, model_failures: bool = False,
-                 step_failures: bool = False, value_weight: float = 1.0):
+                 step_failures: bool = False, value_weight: float = 1.0, episode_acted: bool = False):
         if not 0.0 <= decay < 1.0:
             raise ValueError(f"prior.trust_decay must be in [0, 1), got {decay}")
         if not gain > 0:
@@ -362,7 +368,7 @@ class AdviceTrust:
         # the same EMA of the failure z-score (prior.trust_model_failures)
         self._fail_ema = {name: 0.0 for name in ADVICE_SOURCES}
         self._fail_count = {name: 0 for name in ADVICE_SOURCES}
-        self.episodes = EpisodeComparison()
+        self.episodes = EpisodeComparison(per_group=episode_acted)
 
     def observe(self, z: torch.Tensor, codes: torch.Tensor) -> None:
         """Fold in per-state z-scores ``[N]`` of states whose advice came from source ``codes [N]``."""
