@@ -1048,3 +1048,29 @@ def test_episode_evidence_against_advice_that_stopped_acting_is_kept_with_trust_
     assert layer.trust.episodes.stats["advised"][:2] == [1.0, 1.0] and not bool(layer.acted[0])
     layer.load_state_dict(state)  # the flag of the episode in flight survives a checkpoint
     assert bool(layer.acted[0])
+
+
+def test_trusted_advice_keeps_a_say_where_a_sure_policy_closes_the_gate():
+    from lore.prior.gate import trust_floored_beta
+
+    assert trust_floored_beta(torch.tensor([0.1, 0.6, 0.2]), 0.8, torch.tensor([0.5, 0.5, 0.0])).tolist() == \
+        pytest.approx([0.4, 0.6, 0.2])
+    with pytest.raises(ValueError, match="must match"):
+        trust_floored_beta(torch.zeros(2), 1.0, torch.zeros(3))
+
+    sure = 6.0 * torch.eye(A)[:2]  # a confident policy: entropy ~0.1 of log A, the gate nearly shut
+    u = {"entropy": torch.tensor([0.05, 0.05]), "value_var": torch.zeros(2), "disagreement": torch.zeros(2)}
+    prior, llm = one_hot_advice(torch.tensor([3, 4])), torch.full((2,), LLM)
+
+    def beta(trust: float, floor: bool) -> torch.Tensor:
+        layer = PriorLayer(prior_cfg(gate="uncertainty", beta_max=1.0, gate_full_at=0.5, w_value=0.0,
+                                     w_disagreement=0.0, trust=True, gate_trust_floor=floor, kl_mode="none"), A, 2)
+        layer.trust.value = lambda name: trust  # noqa: E731  the evidence is the trust tests' business
+        layer.trust.act_value = lambda name: trust  # noqa: E731
+        return layer.act(sure, prior, torch.ones(2), u, 0, source=llm)[1]
+
+    gate_only = beta(0.9, False)
+    assert float(gate_only.max()) < 0.2  # the gate alone: a sure policy hears little of the advice
+    assert beta(0.9, True).tolist() == pytest.approx([0.8, 0.8])  # trust 0.9: absorption weight 0.8
+    assert torch.equal(beta(0.5, True), beta(0.5, False))  # uninformed advice: the gate decides alone
+    assert torch.equal(beta(0.2, True), beta(0.2, False))  # harmful advice gets no floor

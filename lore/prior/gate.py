@@ -111,6 +111,17 @@ class EMANormalizer:
         self.decay = float(state.get("decay", self.decay))
 
 
+def trust_floored_beta(beta_gate: torch.Tensor, beta_max: float, absorb: torch.Tensor) -> torch.Tensor:
+    """``max(beta_gate, beta_max * absorb)``: ``[B], [B] -> [B]``.
+
+    ``absorb = clip(2 trust - 1, 0, 1)`` is 0 for uninformed or harmful advice (the gate decides alone) and rises to
+    1 as the evidence for the advice grows, so trusted advice keeps a say where a confident policy closes the gate.
+    """
+    if beta_gate.shape != absorb.shape:
+        raise ValueError(f"beta_gate {tuple(beta_gate.shape)} and absorb {tuple(absorb.shape)} must match")
+    return torch.maximum(beta_gate, beta_max * absorb.to(beta_gate.dtype).clamp(0.0, 1.0))
+
+
 def warmup_factor(env_step: int, warmup_steps: int) -> float:
     """Linear ramp 0 -> 1 over ``warmup_steps`` env steps (1 when there is no warm-up)."""
     if warmup_steps <= 0:

@@ -39,6 +39,7 @@ from lore.prior.gate import (
     beta_dropout_keep,
     beta_max_schedule,
     bounded_uncertainty,
+    trust_floored_beta,
 )
 from lore.prior.kl_control import (
     advantage_bonus,
@@ -256,6 +257,8 @@ class PriorLayer:
                         raise ValueError("PriorLayer.act: gate 'uncertainty' needs u = {'entropy', "
                                          "'value_var', 'disagreement'}")
                     beta = beta_max_now * (u_comb.to(device) / self.cfg.gate_full_at).clamp(max=1.0)
+                    if self.cfg.gate_trust_floor and self.cfg.trust:
+                        beta = trust_floored_beta(beta, beta_max_now, self.absorb_weight(source, batch, device))
                 beta = beta * self.trust_scale(source, batch, device)
                 keep = beta_dropout_keep(batch, self.cfg.dropout, generator, device)
                 if stateful:
