@@ -267,7 +267,8 @@ class PriorConfig:
     episodes whose advice was already damped to nothing count as advised and look like the agent's own play, and the
     control episodes wear the advised group away: measured on DistShift1 (config/heldout_distshift.yaml) the
     adversary caught from returns at 2k env steps had its episode t back at 0 and acted at full strength from ~7k.
-    Measured as an overlay: config/trust_episode_acted.yaml."""
+    Measured as an overlay (config/trust_episode_acted.yaml): no arm moved beyond noise (DoorKey full_adversarial AUC
+    paired -0.012 [-0.051, +0.018], n = 5: there returns never caught the adversary, so nothing was kept)."""
     trust_decay: float = 0.99
     """EMA decay of the trust evidence, per update."""
     trust_min_gap: float = 1e-3
