@@ -297,9 +297,8 @@ class PriorLayer:
     def observe_steps(self, changed: torch.Tensor, source: torch.Tensor, failed: torch.Tensor) -> None:
         """One env step of every env: whether the advice changed the action, its source code and whether the
         step ended the episode in failure (evidence for ``prior.trust_step_failures``)."""
-        changed = torch.as_tensor(changed).bool().cpu()
-        if changed.shape == self.acted.shape:
-            self.acted |= changed
+        if self.cfg.trust_episode_acted:
+            self.acted |= torch.as_tensor(changed).bool().cpu().reshape(self.num_envs)
         if self.cfg.enabled and self.cfg.trust and self.cfg.trust_step_failures:
             self.trust.steps.observe(torch.as_tensor(changed), torch.as_tensor(source), torch.as_tensor(failed))
 
