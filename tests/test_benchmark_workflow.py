@@ -319,7 +319,7 @@ def test_the_not_below_target_reads_the_difference_ci_and_prints_the_stricter_re
     ("trust_episode_acted", "bench_trust_episode_acted", " --set prior.trust_episode_acted=true",
      {"full", "full_adversarial"}, 5 + 3 + 2 * 3, "docs/benchmark/trust_episode_acted"),
     ("gate_trust_floor", "bench_gate_trust_floor", " --set prior.gate_trust_floor=true",
-     {"full", "full_noisy", "full_adversarial"}, 4 * 5 + 2 * 3, "docs/benchmark/gate_trust_floor"),
+     {"full", "full_noisy", "full_adversarial"}, 5 * 5 + 3 * 3, "docs/benchmark/gate_trust_floor"),
     # not experiments: the benchmark's own settings, run again on newer code or for more seeds
     ("rerun_current", "bench_rerun_current", "", {"rl_only", "kl", "full", "full_adversarial", "full_noisy"}, 5 * 5,
      "docs/benchmark/rerun_current"),

@@ -50,7 +50,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lore.sandbox import worker as worker_module
+import lore.sandbox.worker as worker_module
 from lore.sandbox.worker import FAILURE_KINDS, FRAME_HEADER, check_source, clean_text
 
 __all__ = ["FAILURE_KINDS", "FeatureResult", "FeatureSandbox", "SandboxError", "code_id"]
