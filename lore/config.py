@@ -212,7 +212,8 @@ class PriorConfig:
     is sure, beta >= beta_max * clip(2 * trust - 1, 0, 1) (the absorption weight; lore.prior.gate.trust_floored_beta).
     The gate alone asks only whether the policy is unsure: measured on Dynamic-Obstacles-5x5
     (config/heldout_obstacles.yaml) a policy made sure by the collision penalty held beta at 0.21-0.23 against kl's
-    0.71 and learned nothing from a good advisor it trusted at 0.69. Measured as an overlay: config/gate_trust_floor.yaml."""
+    0.71 and learned nothing from a good advisor it trusted at 0.69. Measured as an overlay (config/gate_trust_floor.yaml):
+    no arm moved beyond noise, and a nearly deterministic policy outvotes the advice at any beta, so it stays off."""
     trust: bool = False
     """Scale beta by the per-source advice trust (lore.prior.trust): advice the critic rates worse
     than an average action loses its influence, and through beta its KL pull on the actor."""
