@@ -15,6 +15,12 @@ The random baseline: for each seed, ``lore.train.random_policy.evaluate_random_p
 of the trained runs (same env config, layouts and episode count, the policy's draws seeded like the agent's
 at that point), written to ``<out>/random_policy/seed<k>/eval.csv`` with the columns of a run's ``eval.csv``.
 
+The final evaluation: every finished run's last checkpoint is evaluated again on ``--final-episodes``
+separate episodes (default 50, five times the periodic evaluation's 10, so that the comparison at the last
+budget is not decided by episode noise) with ``lore eval`` -> ``<run>/eval_final.csv``, and the random
+policy on the same episodes (same layouts, its draws seeded as the agent's last evaluation) ->
+``<out>/random_policy/seed<k>/eval_final.csv``.
+
 Resumable: a finished run (``done``) is skipped, an interrupted one resumes from its checkpoint and a
 complete random baseline is not recomputed, so the same command continues an interrupted benchmark.
 """
@@ -32,6 +38,8 @@ REPO = Path(__file__).resolve().parents[1]
 RUN_CONFIG = REPO / "config" / "crafter_cpu.yaml"
 ARMS = ("rl_only", "full", "full_adversarial")
 RANDOM_DIR = "random_policy"
+FINAL_EVAL = "eval_final.csv"
+"""The final evaluation's file, in each run directory and each ``random_policy/seed<k>``."""
 """Folder of the random baseline under ``--out`` (not a training run: no config.yaml, no done)."""
 
 
@@ -61,13 +69,33 @@ def train_command(config: Path, run_dir: Path, arm: str, seed: int, sets: list[s
     return cmd
 
 
-def train_one(out: Path, config: Path, arm: str, seed: int, sets: list[str]) -> tuple[str, int, float, int]:
+def train_one(out: Path, config: Path, arm: str, seed: int, sets: list[str],
+              final_episodes: int = 0) -> tuple[str, int, float, int]:
+    """Train (or resume, or skip a finished) run, then its final evaluation (``final_episodes`` > 0)."""
     run_dir = out / arm / f"seed{seed}"
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     with open(run_dir.parent / f"seed{seed}.log", "a") as log:
         rc = subprocess.call(train_command(config, run_dir, arm, seed, sets), stdout=log, stderr=subprocess.STDOUT)
+        if rc == 0 and final_episodes > 0 and not has_final_eval(run_dir / FINAL_EVAL, final_episodes):
+            (run_dir / FINAL_EVAL).unlink(missing_ok=True)  # one of another size: `lore eval` would append
+            rc = subprocess.call(final_eval_command(run_dir, final_episodes), stdout=log, stderr=subprocess.STDOUT)
     return arm, seed, time.time() - t0, rc
+
+
+def final_eval_command(run_dir: Path, episodes: int) -> list[str]:
+    return [sys.executable, "-m", "lore.cli", "eval", "--run-dir", str(run_dir), "--episodes", str(episodes),
+            "--out", str(run_dir / FINAL_EVAL)]
+
+
+def has_final_eval(path: Path, episodes: int) -> bool:
+    """A complete final evaluation of ``episodes`` episodes is at ``path`` (one row; it is not redone)."""
+    import pandas as pd
+
+    if not path.is_file():
+        return False
+    done = pd.read_csv(path)
+    return len(done) == 1 and int(done["episodes"].iloc[0]) == episodes
 
 
 def eval_steps(steps: int, every: int) -> list[int]:
@@ -101,6 +129,29 @@ def random_baseline(out: Path, config: Path, seed: int, sets: list[str]) -> Path
     return path
 
 
+def random_final(out: Path, config: Path, seed: int, sets: list[str], episodes: int) -> Path:
+    """The random policy on the final evaluation's ``episodes`` episodes of seed ``seed`` (resumable)."""
+    import dataclasses
+
+    import pandas as pd
+
+    from lore.config import build_config, load_yaml
+    from lore.train.random_policy import evaluate_random_policy
+    from lore.utils.io import atomic_write_text
+
+    cfg = build_config(load_yaml(config), [*sets, f"seed={seed}"], "rl_only")
+    path = out / RANDOM_DIR / f"seed{seed}" / FINAL_EVAL
+    if has_final_eval(path, episodes):
+        return path
+    points = eval_steps(cfg.train.steps, cfg.eval.every)
+    final_cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, episodes=episodes))
+    # eval_index of the last periodic evaluation: the agent's `lore eval` at its final checkpoint seeds alike
+    row = {"env_step": points[-1], **evaluate_random_policy(final_cfg, eval_index=len(points) - 1)}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, pd.DataFrame([row]).to_csv(index=False))
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", type=Path, default=Path("results/bench_crafter"))
@@ -112,11 +163,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eval-episodes", type=int, default=None, help="default: the config's eval.episodes")
     p.add_argument("--jobs", type=int, default=2, help="runs at a time (one torch thread each)")
     p.add_argument("--set", action="append", default=[], help="extra KEY=VALUE override for every run")
+    p.add_argument("--final-episodes", type=int, default=50,
+                   help="episodes of the final evaluation of each finished run and of the random policy "
+                        "(default %(default)s; 0 skips it)")
     p.add_argument("--no-random", action="store_true", help="skip the random-policy baseline")
     p.add_argument("--dry-run", action="store_true", help="print the commands and exit")
     args = p.parse_args(argv)
     if args.seeds < 1 or args.jobs < 1:
         p.error("--seeds and --jobs must be >= 1")
+    if args.final_episodes < 0:
+        p.error(f"--final-episodes must be >= 0, got {args.final_episodes}")
     sets = overrides(args)
     grid = jobs(tuple(args.arms), args.seeds)
     if args.dry_run:
@@ -137,9 +193,13 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.time()
             path = random_baseline(args.out, args.config, seed, sets)
             print(f"random policy seed {seed}: {path} ({time.time() - t0:.0f} s)", flush=True)
+            if args.final_episodes:
+                print(f"random policy seed {seed}, final evaluation: "
+                      f"{random_final(args.out, args.config, seed, sets, args.final_episodes)}", flush=True)
     failed = 0
     with ThreadPoolExecutor(args.jobs) as pool:
-        futures = [pool.submit(train_one, args.out, args.config, arm, seed, sets) for arm, seed in grid]
+        futures = [pool.submit(train_one, args.out, args.config, arm, seed, sets, args.final_episodes)
+                   for arm, seed in grid]
         for fut in futures:
             arm, seed, wall, rc = fut.result()
             failed += rc != 0

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).parent))
-from crafter_benchmark import RANDOM_DIR  # noqa: E402
+from crafter_benchmark import FINAL_EVAL, RANDOM_DIR  # noqa: E402
 
 from lore.analysis import stats as st  # noqa: E402
 from lore.analysis.benchmark_report import signal_separation  # noqa: E402
@@ -88,9 +88,23 @@ def setup_text(cfg: dict) -> str:
             f"eval every {ev['every']} env steps on {ev['episodes']} episodes, device {cfg['device']}")
 
 
-def read_random(root: Path) -> pd.DataFrame:
+def read_final(runs: list[Path]) -> pd.DataFrame:
+    """Each finished run's final evaluation (``eval_final.csv``, written by the benchmark), where present."""
+    import yaml
+
     frames = []
-    for path in sorted((root / RANDOM_DIR).glob("seed*/eval.csv")):
+    for run in runs:
+        if (run / FINAL_EVAL).is_file():
+            cfg = yaml.safe_load((run / "config.yaml").read_text())
+            frame = pd.read_csv(run / FINAL_EVAL)
+            frame["ablation"], frame["seed"] = cfg["ablation"], int(cfg["seed"])
+            frames.append(frame)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def read_random(root: Path, name: str = "eval.csv") -> pd.DataFrame:
+    frames = []
+    for path in sorted((root / RANDOM_DIR).glob(f"seed*/{name}")):
         frame = pd.read_csv(path)
         frame["ablation"], frame["seed"] = RANDOM, int(path.parent.name[4:])
         frames.append(frame)
@@ -234,8 +248,74 @@ def doorkey_speed(doorkey_runs: pd.DataFrame, arms: list[str]) -> list[str]:
             f"same machine class, measured the same way): " + "; ".join(cells) + " env steps/s.", ""]
 
 
+def distinct_achievements(rows: pd.DataFrame) -> pd.Series:
+    """Per row: how many of the 22 achievements any of its evaluation episodes unlocked."""
+    return (rows[achievement_names(rows)] > 0).sum(axis=1)
+
+
+def paired(a: pd.DataFrame, b: pd.DataFrame, column: str) -> tuple[float, float, float, int]:
+    """Mean [95% CI] over the seeds present in both of ``a`` - ``b`` (one row per seed each)."""
+    left, right = a.set_index("seed")[column], b.set_index("seed")[column]
+    seeds = sorted(set(left.index) & set(right.index))
+    return ci([left[s] - right[s] for s in seeds])
+
+
+def signed(stat: tuple[float, float, float, int], digits: int = 2) -> str:
+    mean, low, high, n = stat
+    if not n or not math.isfinite(mean):
+        return "—"
+    return f"{mean:+.{digits}f}" + (f" [{low:+.{digits}f}, {high:+.{digits}f}]" if n >= 2 else "")
+
+
+def final_section(final: pd.DataFrame, random_final: pd.DataFrame) -> list[str]:
+    """The final evaluation's table: score, return and distinct achievements per arm, each arm - random."""
+    if not len(final):
+        return []
+    final = final.assign(distinct=distinct_achievements(final))
+    random_final = random_final.assign(distinct=distinct_achievements(random_final)) if len(random_final) else random_final
+    episodes = ", ".join(str(int(e)) for e in sorted(final["episodes"].unique()))
+    steps = ", ".join(str(int(e)) for e in sorted(final["env_step"].unique()))
+    lines = [f"## Final evaluation: {episodes} episodes at {steps} env steps", "",
+             "Each finished run's last checkpoint evaluated again by `lore eval` on more episodes than the periodic "
+             "evaluation (the same protocol: the policy without the prior, fixed layouts), and the random policy "
+             "on the same layouts. `− random`: per-seed difference from the random policy on that seed's layouts.",
+             "", "| arm | n | score | return | distinct achievements | score − random |", "|---|---|---|---|---|---|"]
+    for arm in [*arms_in(final), RANDOM]:
+        data = random_final if arm == RANDOM else final[final["ablation"] == arm]
+        if not len(data):
+            continue
+        versus = "—" if arm == RANDOM or not len(random_final) else signed(paired(data, random_final, "crafter_score"))
+        lines.append(f"| {arm} | {data['seed'].nunique()} | {fmt(ci(data['crafter_score']))} | "
+                     f"{fmt(ci(data['return_mean']))} | {fmt(ci(data['distinct']), 1)} | {versus} |")
+    return [*lines, ""]
+
+
+def targets(rows: pd.DataFrame, random_rows: pd.DataFrame, where: str) -> list[str]:
+    """Issue 10's targets read from ``rows`` (one row per arm and seed at the last budget), as measured."""
+    rows = rows.assign(distinct=distinct_achievements(rows))
+    arm = {a: rows[rows["ablation"] == a] for a in ("rl_only", "full", "full_adversarial")}
+    lines = [f"## Targets ({where})", ""]
+    if len(arm["rl_only"]) and len(random_rows):
+        own, base = ci(arm["rl_only"]["crafter_score"]), ci(random_rows["crafter_score"])
+        met = own[3] >= 2 and base[3] >= 2 and own[1] > base[2]
+        lines.append(f"- rl_only above random with non-overlapping 95% CIs: {fmt(own)} (n = {own[3]}) vs "
+                     f"{fmt(base)} (n = {base[3]}): **{'met' if met else 'not met'}**.")
+    if len(arm["rl_only"]) and len(arm["full"]):
+        score, distinct = paired(arm["full"], arm["rl_only"], "crafter_score"), paired(arm["full"], arm["rl_only"], "distinct")
+        met = score[3] >= 2 and score[1] > 0 and distinct[1] > 0
+        lines.append(f"- full above rl_only (paired by seed, n = {score[3]}): score {signed(score)}, distinct "
+                     f"achievements {signed(distinct, 1)}: **{'met' if met else 'not met'}** (both CIs above 0).")
+    if len(arm["rl_only"]) and len(arm["full_adversarial"]):
+        score = paired(arm["full_adversarial"], arm["rl_only"], "crafter_score")
+        met = score[3] >= 2 and score[2] >= 0
+        lines.append(f"- full_adversarial not below rl_only beyond the CI (paired by seed, n = {score[3]}): score "
+                     f"{signed(score)}: **{'met' if met else 'not met'}**.")
+    return [*lines, ""] if len(lines) > 2 else []
+
+
 def report(frame: pd.DataFrame, random: pd.DataFrame, runs_table: pd.DataFrame, budgets: list[int],
-           figure: str, workflow_figure: str, doorkey_runs: pd.DataFrame | None = None) -> list[str]:
+           figure: str, workflow_figure: str, doorkey_runs: pd.DataFrame | None = None,
+           final_rows: pd.DataFrame | None = None, random_final: pd.DataFrame | None = None) -> list[str]:
     last = budgets[-1]
     arms = arms_in(frame)
     n_episodes = sorted(frame["episodes"].unique()) if "episodes" in frame else []
@@ -268,7 +348,7 @@ def report(frame: pd.DataFrame, random: pd.DataFrame, runs_table: pd.DataFrame, 
             group = runs_table[runs_table["ablation"] == arm] if "ablation" in runs_table else pd.DataFrame()
             calls = calls_text(group["llm_calls"]) if "llm_calls" in group else "0"
             speed = fmt(ci(data.drop_duplicates("seed")["steps_per_s"]), 1)
-        distinct = (final[achievement_names(final)] > 0).sum(axis=1)  # per seed: unlocked in any eval episode
+        distinct = distinct_achievements(final)  # per seed: unlocked in any eval episode
         lines.append(f"| {arm} | {final['seed'].nunique()} | {' | '.join(scores)} | "
                      f"{fmt(ci(final['return_mean']))} | {fmt(ci(distinct), 1)} | {calls} | {speed} |")
     lines += ["", "Distinct achievements: how many of the 22 a run unlocked at least once in its evaluation "
@@ -277,6 +357,16 @@ def report(frame: pd.DataFrame, random: pd.DataFrame, runs_table: pd.DataFrame, 
               "as measured where the benchmark ran.", ""]
     if doorkey_runs is not None:
         lines += doorkey_speed(doorkey_runs, [a for a in arms if a in ("rl_only", "full", "full_adversarial")])
+    final_rows = final_rows if final_rows is not None else pd.DataFrame()
+    random_final = random_final if random_final is not None else pd.DataFrame()
+    lines += final_section(final_rows, random_final)
+    if len(final_rows):
+        episodes = ", ".join(str(int(e)) for e in sorted(final_rows["episodes"].unique()))
+        lines += targets(final_rows, random_final, f"final evaluation, {episodes} episodes")
+    else:
+        last_rows = pd.concat([at_step(frame[frame["ablation"] == a], last) for a in arms], ignore_index=True)
+        lines += targets(last_rows, at_step(random, last) if len(random) else random,
+                         f"periodic evaluation at {last} env steps")
 
     names = achievement_names(frame if len(frame) else random)
     groups = [a for a in [*arms, RANDOM] if len(frame[frame["ablation"] == a]) or (a == RANDOM and len(random))]
@@ -327,7 +417,8 @@ def main(argv: list[str] | None = None) -> int:
     plot(frame, random, budgets[-1], figure)
     rel = lambda path: path.relative_to(args.out).as_posix()  # noqa: E731
     doorkey = pd.read_csv(args.doorkey_runs) if args.doorkey_runs.is_file() else None
-    lines = report(frame, random, runs_table, budgets, rel(figure), rel(figures / "crafter_achievements.png"), doorkey)
+    lines = report(frame, random, runs_table, budgets, rel(figure), rel(figures / "crafter_achievements.png"), doorkey,
+                   read_final(runs), read_random(args.runs_root, FINAL_EVAL))
     (args.out / f"{args.name}.md").write_text("\n".join(lines))
     print("\n".join(lines))
     return 0

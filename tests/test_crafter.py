@@ -186,6 +186,64 @@ def test_random_baseline_is_written_at_the_eval_points_and_not_recomputed(tmp_pa
     assert bench.random_baseline(tmp_path, CPU_CONFIG, 1, TINY) == path and path.stat().st_mtime_ns == stamp
 
 
+def test_benchmark_final_evaluation_of_a_real_run_and_of_the_random_policy(tmp_path, capsys):
+    out = tmp_path / "b"
+    args = ["--out", str(out), "--arms", "rl_only", "--seeds", "1", "--jobs", "1", "--final-episodes", "3",
+            *sum((["--set", s] for s in TINY), [])]
+    assert bench.main(args) == 0, capsys.readouterr()
+    run = out / "rl_only" / "seed0"
+    final = pd.read_csv(run / bench.FINAL_EVAL)
+    assert len(final) == 1 and final["episodes"].iloc[0] == 3 and final["env_step"].iloc[0] == 40
+    assert "crafter_score" in final and final["with_prior"].iloc[0] == 0
+    rand = pd.read_csv(out / bench.RANDOM_DIR / "seed0" / bench.FINAL_EVAL)
+    assert len(rand) == 1 and rand["episodes"].iloc[0] == 3 and rand["env_step"].iloc[0] == 40
+    # its first episodes are the periodic evaluation's last ones: same layouts, same draws
+    periodic = pd.read_csv(out / bench.RANDOM_DIR / "seed0" / "eval.csv")
+    assert periodic["env_step"].tolist() == [0, 20, 40]
+    stamps = [p.stat().st_mtime_ns for p in (run / bench.FINAL_EVAL, out / bench.RANDOM_DIR / "seed0" / bench.FINAL_EVAL)]
+    assert bench.main(args) == 0  # resumed: a finished run and its final evaluations are not redone
+    assert [p.stat().st_mtime_ns for p in (run / bench.FINAL_EVAL,
+                                           out / bench.RANDOM_DIR / "seed0" / bench.FINAL_EVAL)] == stamps
+    # another size is redone, replacing (not appending to) the file
+    assert bench.main([*args[:8], "--final-episodes", "2", *args[10:]]) == 0
+    assert pd.read_csv(run / bench.FINAL_EVAL)["episodes"].tolist() == [2]
+    with pytest.raises(SystemExit) as bad:
+        bench.main(["--out", str(tmp_path / "c"), "--final-episodes", "-1"])
+    assert bad.value.code == 2 and "--final-episodes must be >= 0" in capsys.readouterr().err
+    assert not (tmp_path / "c").exists()
+
+
+def _final_rows(arm_scores: dict[str, list[float]], distinct: dict[str, list[int]]) -> pd.DataFrame:
+    """One final-evaluation row per arm and seed with the given score and number of unlocked achievements."""
+    names = [f"ach_{i:02d}" for i in range(22)]
+    rows = []
+    for arm, scores in arm_scores.items():
+        for seed, (score, k) in enumerate(zip(scores, distinct[arm], strict=True)):
+            rows.append({"ablation": arm, "seed": seed, "crafter_score": score, "return_mean": score,
+                         "episodes": 50, "env_step": 1000, **{n: float(i < k) * 0.5 for i, n in enumerate(names)}})
+    return pd.DataFrame(rows)
+
+
+def test_targets_are_read_from_the_numbers_not_asserted():
+    rows = _final_rows({"rl_only": [3.0, 3.2, 3.1], "full": [4.0, 4.3, 4.1], "full_adversarial": [3.0, 3.3, 3.2],
+                        "random": [1.0, 1.2, 1.1]},
+                       {"rl_only": [5, 5, 6], "full": [7, 8, 7], "full_adversarial": [5, 5, 6], "random": [4, 4, 4]})
+    arms, rand = rows[rows["ablation"] != "random"], rows[rows["ablation"] == "random"]
+    text = "\n".join(report.targets(arms, rand, "test"))
+    assert text.count("**met**") == 3 and "not met" not in text
+    assert "full above rl_only (paired by seed, n = 3): score +1.03 [" in text
+    # the same runs with rl_only at the random policy's level, full no better and the adversary below
+    worse = _final_rows({"rl_only": [1.0, 1.3, 1.1], "full": [1.0, 1.3, 1.1], "full_adversarial": [0.1, 0.2, 0.1],
+                         "random": [1.0, 1.2, 1.1]},
+                        {"rl_only": [4, 4, 4], "full": [4, 4, 4], "full_adversarial": [2, 2, 2], "random": [4, 4, 4]})
+    arms, rand = worse[worse["ablation"] != "random"], worse[worse["ablation"] == "random"]
+    text = "\n".join(report.targets(arms, rand, "test"))
+    assert text.count("**not met**") == 3 and "**met**" not in text
+    section = "\n".join(report.final_section(arms, rand))
+    assert "| full_adversarial | 3 | 0.13 [" in section and "| random | 3 |" in section
+    assert "−0.97" not in section and "-0.97 [" in section  # adversary - random, paired by seed
+
+
 def test_report_from_runs_states_score_achievements_calls_speed_and_the_random_baseline(tmp_path, capsys):
     from lore.analysis.synthetic import SyntheticRun, write_run
 
@@ -236,6 +294,35 @@ def test_report_from_runs_states_score_achievements_calls_speed_and_the_random_b
     with pytest.raises(SystemExit) as bad:
         report.main(["--runs-root", str(root), "--out", str(out), "--no-cli", "--name", "../elsewhere"])
     assert bad.value.code == 2 and "--name must be a plain file name" in capsys.readouterr().err
+
+
+def test_report_reads_the_final_evaluation_where_the_benchmark_wrote_it(tmp_path, capsys):
+    from lore.analysis.synthetic import SyntheticRun, write_run
+
+    root, out = tmp_path / "bench", tmp_path / "docs"
+    for arm in ("rl_only", "full"):
+        for seed in (0, 1):
+            write_run(root / arm / f"seed{seed}", SyntheticRun(env="crafter", ablation=arm, seed=seed, steps=2000,
+                                                               eval_every=500, eval_episodes=10))
+    sets = ["train.steps=2000", "eval.every=500", "eval.episodes=2", "env.max_episode_steps=15"]
+    for seed in (0, 1):
+        bench.random_baseline(root, CPU_CONFIG, seed, sets)
+    assert report.main(["--runs-root", str(root), "--out", str(out), "--no-cli"]) == 0
+    text = (out / "crafter.md").read_text()
+    assert "## Targets (periodic evaluation at 2000 env steps)" in text and "## Final evaluation" not in text
+    for arm in ("rl_only", "full"):  # the final evaluation: the last row again, on 50 episodes, score shifted
+        for seed in (0, 1):
+            last = pd.read_csv(root / arm / f"seed{seed}" / "eval.csv").iloc[[-1]].copy()
+            last["episodes"], last["crafter_score"] = 50, 10.0 + seed + (arm == "full")
+            last.to_csv(root / arm / f"seed{seed}" / bench.FINAL_EVAL, index=False)
+        bench.random_final(root, CPU_CONFIG, 0, sets, 4)
+    capsys.readouterr()
+    assert report.main(["--runs-root", str(root), "--out", str(out), "--no-cli"]) == 0
+    text = (out / "crafter.md").read_text()
+    assert "## Final evaluation: 50 episodes at 2000 env steps" in text
+    assert "| full | 2 | 11.50 [" in text and "## Targets (final evaluation, 50 episodes)" in text
+    assert "full above rl_only (paired by seed, n = 2): score +1.00 [+1.00, +1.00]" in text
+    assert "| random | 1 |" in text  # only seed 0's random final evaluation exists: n says so
 
 
 # --------------------------------------------------------------------------- prompts grounded in the state
