@@ -131,6 +131,33 @@ def test_crafter_advisor_unlocks_wood_and_table():
     assert info["achievements"]["place_table"]
 
 
+def test_crafter_advisor_takes_the_cheap_achievements_sleep_sapling_and_plant():
+    from lore.envs.crafter import ACHIEVEMENTS, INVENTORY_NAMES
+    from lore.llm.scripted.crafter import crafter_good_plan, crafter_view
+
+    env = make_env("crafter", seed=1)
+    ok, _, info = follow(env, ScriptedAdvisor("good", seed=0), 300)
+    for name in ("wake_up", "collect_sapling", "place_plant"):
+        assert info["achievements"][name], name
+    env.reset(seed=3)
+    snapshot = env.state_snapshot()
+    names = list(crafter_view(snapshot).names)
+    inventory = np.asarray(snapshot["inventory"]).copy()
+    energy, sapling = (INVENTORY_NAMES.index(n) for n in ("energy", "sapling"))
+    sem = np.full_like(snapshot["semantic"], names.index("grass"))
+    tired = dict(snapshot, semantic=sem, inventory=np.where(np.arange(inventory.size) == energy, 5, inventory))
+    assert crafter_good_plan(crafter_view(tired))[0] == ["sleep"]
+    sem_zombie = sem.copy()
+    sem_zombie[0, 0] = names.index("zombie")  # a zombie in view: no nap
+    plan, _ = crafter_good_plan(crafter_view(dict(tired, semantic=sem_zombie)))
+    assert plan[0] != "sleep"
+    rested = dict(tired, achievements=np.where(np.arange(22) == ACHIEVEMENTS.index("wake_up"), 1,
+                                               np.asarray(snapshot["achievements"])))
+    assert crafter_good_plan(crafter_view(rested))[0] == ["do"]  # facing grass, no sapling yet
+    holding = dict(rested, inventory=np.where(np.arange(inventory.size) == sapling, 1, rested["inventory"]))
+    assert crafter_good_plan(crafter_view(holding))[0] == ["place_plant"]
+
+
 def test_crafter_adversarial_is_never_the_good_move():
     env = make_env("crafter", seed=2)
     env.reset()
