@@ -18,8 +18,9 @@ at that point), written to ``<out>/random_policy/seed<k>/eval.csv`` with the col
 The final evaluation: every finished run's last checkpoint is evaluated again on ``--final-episodes``
 separate episodes (default 50, five times the periodic evaluation's 10, so that the comparison at the last
 budget is not decided by episode noise) with ``lore eval`` -> ``<run>/eval_final.csv``, and the random
-policy on the same episodes (same layouts, its draws seeded as the agent's last evaluation) ->
-``<out>/random_policy/seed<k>/eval_final.csv``.
+policy and the scripted advisor played alone (good and adversarial: what following the advice to the
+letter gives) on the same episodes (same layouts, draws seeded as the agent's last evaluation) ->
+``<out>/{random_policy,advisor_good,advisor_adversarial}/seed<k>/eval_final.csv``.
 
 Resumable: a finished run (``done``) is skipped, an interrupted one resumes from its checkpoint and a
 complete random baseline is not recomputed, so the same command continues an interrupted benchmark.
@@ -38,6 +39,9 @@ REPO = Path(__file__).resolve().parents[1]
 RUN_CONFIG = REPO / "config" / "crafter_cpu.yaml"
 ARMS = ("rl_only", "full", "full_adversarial")
 RANDOM_DIR = "random_policy"
+ADVISORS = ("advisor_good", "advisor_adversarial")
+"""The scripted advisor played alone (good / adversarial mode): final evaluation only, beside the random policy."""
+REFERENCES = (RANDOM_DIR, *ADVISORS)
 FINAL_EVAL = "eval_final.csv"
 """The final evaluation's file, in each run directory and each ``random_policy/seed<k>``."""
 """Folder of the random baseline under ``--out`` (not a training run: no config.yaml, no done)."""
@@ -129,26 +133,34 @@ def random_baseline(out: Path, config: Path, seed: int, sets: list[str]) -> Path
     return path
 
 
-def random_final(out: Path, config: Path, seed: int, sets: list[str], episodes: int) -> Path:
-    """The random policy on the final evaluation's ``episodes`` episodes of seed ``seed`` (resumable)."""
+def reference_final(out: Path, config: Path, seed: int, sets: list[str], episodes: int,
+                    policy: str = RANDOM_DIR) -> Path:
+    """A reference policy (``random_policy`` or ``advisor_<mode>``: the scripted advisor played alone) on
+    the final evaluation's ``episodes`` episodes of seed ``seed`` -> ``<out>/<policy>/seed<k>/eval_final.csv``
+    (resumable)."""
     import dataclasses
 
     import pandas as pd
 
     from lore.config import build_config, load_yaml
+    from lore.train.advisor_policy import evaluate_advisor_policy
     from lore.train.random_policy import evaluate_random_policy
     from lore.utils.io import atomic_write_text
 
+    if policy not in REFERENCES:
+        raise ValueError(f"reference policy must be one of {REFERENCES}, got {policy!r}")
     cfg = build_config(load_yaml(config), [*sets, f"seed={seed}"], "rl_only")
-    path = out / RANDOM_DIR / f"seed{seed}" / FINAL_EVAL
+    path = out / policy / f"seed{seed}" / FINAL_EVAL
     if has_final_eval(path, episodes):
         return path
     points = eval_steps(cfg.train.steps, cfg.eval.every)
     final_cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, episodes=episodes))
     # eval_index of the last periodic evaluation: the agent's `lore eval` at its final checkpoint seeds alike
-    row = {"env_step": points[-1], **evaluate_random_policy(final_cfg, eval_index=len(points) - 1)}
+    index = len(points) - 1
+    result = (evaluate_random_policy(final_cfg, eval_index=index) if policy == RANDOM_DIR
+              else evaluate_advisor_policy(final_cfg, policy.removeprefix("advisor_"), eval_index=index))
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, pd.DataFrame([row]).to_csv(index=False))
+    atomic_write_text(path, pd.DataFrame([{"env_step": points[-1], **result}]).to_csv(index=False))
     return path
 
 
@@ -193,9 +205,9 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.time()
             path = random_baseline(args.out, args.config, seed, sets)
             print(f"random policy seed {seed}: {path} ({time.time() - t0:.0f} s)", flush=True)
-            if args.final_episodes:
-                print(f"random policy seed {seed}, final evaluation: "
-                      f"{random_final(args.out, args.config, seed, sets, args.final_episodes)}", flush=True)
+            for policy in REFERENCES if args.final_episodes else ():
+                print(f"{policy} seed {seed}, final evaluation: "
+                      f"{reference_final(args.out, args.config, seed, sets, args.final_episodes, policy)}", flush=True)
     failed = 0
     with ThreadPoolExecutor(args.jobs) as pool:
         futures = [pool.submit(train_one, args.out, args.config, arm, seed, sets, args.final_episodes)

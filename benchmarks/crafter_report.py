@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).parent))
-from crafter_benchmark import FINAL_EVAL, RANDOM_DIR  # noqa: E402
+from crafter_benchmark import ADVISORS, FINAL_EVAL, RANDOM_DIR, REFERENCES  # noqa: E402
 
 from lore.analysis import stats as st  # noqa: E402
 from lore.analysis.benchmark_report import signal_separation  # noqa: E402
@@ -51,7 +51,7 @@ def finished_runs(root: Path, out: Path) -> tuple[Path, list[Path]]:
     done, unfinished = [], []
     for eval_csv in sorted(root.rglob("eval.csv")):
         run = eval_csv.parent
-        if RANDOM_DIR in run.relative_to(root).parts:
+        if set(REFERENCES) & set(run.relative_to(root).parts):
             continue
         (done if (run / "done").exists() else unfinished).append(run)
     for run in unfinished:
@@ -102,11 +102,13 @@ def read_final(runs: list[Path]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def read_random(root: Path, name: str = "eval.csv") -> pd.DataFrame:
+def read_random(root: Path, name: str = "eval.csv", policy: str = RANDOM_DIR) -> pd.DataFrame:
+    """A reference policy's evaluations (``policy``: its folder under ``root``), one frame over seeds."""
     frames = []
-    for path in sorted((root / RANDOM_DIR).glob(f"seed*/{name}")):
+    for path in sorted((root / policy).glob(f"seed*/{name}")):
         frame = pd.read_csv(path)
-        frame["ablation"], frame["seed"] = RANDOM, int(path.parent.name[4:])
+        frame["ablation"] = RANDOM if policy == RANDOM_DIR else policy.replace("_", " ", 1) + " (alone)"
+        frame["seed"] = int(path.parent.name[4:])
         frames.append(frame)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
@@ -267,21 +269,26 @@ def signed(stat: tuple[float, float, float, int], digits: int = 2) -> str:
     return f"{mean:+.{digits}f}" + (f" [{low:+.{digits}f}, {high:+.{digits}f}]" if n >= 2 else "")
 
 
-def final_section(final: pd.DataFrame, random_final: pd.DataFrame) -> list[str]:
-    """The final evaluation's table: score, return and distinct achievements per arm, each arm - random."""
+def final_section(final: pd.DataFrame, random_final: pd.DataFrame,
+                  advisors: list[pd.DataFrame] | None = None) -> list[str]:
+    """The final evaluation's table: score, return and distinct achievements per arm and reference policy
+    (the random one; the scripted advisor played alone), each minus the random policy, paired by seed."""
     if not len(final):
         return []
-    final = final.assign(distinct=distinct_achievements(final))
-    random_final = random_final.assign(distinct=distinct_achievements(random_final)) if len(random_final) else random_final
+    with_distinct = lambda f: f.assign(distinct=distinct_achievements(f)) if len(f) else f  # noqa: E731
+    final, random_final = with_distinct(final), with_distinct(random_final)
+    references = {RANDOM: random_final} | {f["ablation"].iloc[0]: with_distinct(f) for f in advisors or [] if len(f)}
     episodes = ", ".join(str(int(e)) for e in sorted(final["episodes"].unique()))
     steps = ", ".join(str(int(e)) for e in sorted(final["env_step"].unique()))
     lines = [f"## Final evaluation: {episodes} episodes at {steps} env steps", "",
              "Each finished run's last checkpoint evaluated again by `lore eval` on more episodes than the periodic "
-             "evaluation (the same protocol: the policy without the prior, fixed layouts), and the random policy "
-             "on the same layouts. `− random`: per-seed difference from the random policy on that seed's layouts.",
+             "evaluation (the same protocol: the policy without the prior, fixed layouts), and on the same layouts "
+             "the random policy and the scripted advisor played alone (its top action at every step, from the true "
+             "state: what following the advice to the letter gives). `− random`: per-seed difference from the "
+             "random policy on that seed's layouts.",
              "", "| arm | n | score | return | distinct achievements | score − random |", "|---|---|---|---|---|---|"]
-    for arm in [*arms_in(final), RANDOM]:
-        data = random_final if arm == RANDOM else final[final["ablation"] == arm]
+    for arm in [*arms_in(final), *references]:
+        data = references[arm] if arm in references else final[final["ablation"] == arm]
         if not len(data):
             continue
         versus = "—" if arm == RANDOM or not len(random_final) else signed(paired(data, random_final, "crafter_score"))
@@ -315,7 +322,8 @@ def targets(rows: pd.DataFrame, random_rows: pd.DataFrame, where: str) -> list[s
 
 def report(frame: pd.DataFrame, random: pd.DataFrame, runs_table: pd.DataFrame, budgets: list[int],
            figure: str, workflow_figure: str, doorkey_runs: pd.DataFrame | None = None,
-           final_rows: pd.DataFrame | None = None, random_final: pd.DataFrame | None = None) -> list[str]:
+           final_rows: pd.DataFrame | None = None, random_final: pd.DataFrame | None = None,
+           advisors: list[pd.DataFrame] | None = None) -> list[str]:
     last = budgets[-1]
     arms = arms_in(frame)
     n_episodes = sorted(frame["episodes"].unique()) if "episodes" in frame else []
@@ -359,7 +367,7 @@ def report(frame: pd.DataFrame, random: pd.DataFrame, runs_table: pd.DataFrame, 
         lines += doorkey_speed(doorkey_runs, [a for a in arms if a in ("rl_only", "full", "full_adversarial")])
     final_rows = final_rows if final_rows is not None else pd.DataFrame()
     random_final = random_final if random_final is not None else pd.DataFrame()
-    lines += final_section(final_rows, random_final)
+    lines += final_section(final_rows, random_final, advisors)
     if len(final_rows):
         episodes = ", ".join(str(int(e)) for e in sorted(final_rows["episodes"].unique()))
         lines += targets(final_rows, random_final, f"final evaluation, {episodes} episodes")
@@ -418,7 +426,8 @@ def main(argv: list[str] | None = None) -> int:
     rel = lambda path: path.relative_to(args.out).as_posix()  # noqa: E731
     doorkey = pd.read_csv(args.doorkey_runs) if args.doorkey_runs.is_file() else None
     lines = report(frame, random, runs_table, budgets, rel(figure), rel(figures / "crafter_achievements.png"), doorkey,
-                   read_final(runs), read_random(args.runs_root, FINAL_EVAL))
+                   read_final(runs), read_random(args.runs_root, FINAL_EVAL),
+                   [read_random(args.runs_root, FINAL_EVAL, policy) for policy in ADVISORS])
     (args.out / f"{args.name}.md").write_text("\n".join(lines))
     print("\n".join(lines))
     return 0

@@ -315,7 +315,7 @@ def test_report_reads_the_final_evaluation_where_the_benchmark_wrote_it(tmp_path
             last = pd.read_csv(root / arm / f"seed{seed}" / "eval.csv").iloc[[-1]].copy()
             last["episodes"], last["crafter_score"] = 50, 10.0 + seed + (arm == "full")
             last.to_csv(root / arm / f"seed{seed}" / bench.FINAL_EVAL, index=False)
-        bench.random_final(root, CPU_CONFIG, 0, sets, 4)
+        bench.reference_final(root, CPU_CONFIG, 0, sets, 4)
     capsys.readouterr()
     assert report.main(["--runs-root", str(root), "--out", str(out), "--no-cli"]) == 0
     text = (out / "crafter.md").read_text()
@@ -323,6 +323,29 @@ def test_report_reads_the_final_evaluation_where_the_benchmark_wrote_it(tmp_path
     assert "| full | 2 | 11.50 [" in text and "## Targets (final evaluation, 50 episodes)" in text
     assert "full above rl_only (paired by seed, n = 2): score +1.00 [+1.00, +1.00]" in text
     assert "| random | 1 |" in text  # only seed 0's random final evaluation exists: n says so
+    for mode in ("good", "adversarial"):
+        bench.reference_final(root, CPU_CONFIG, 0, sets, 2, f"advisor_{mode}")
+    assert report.main(["--runs-root", str(root), "--out", str(out), "--no-cli"]) == 0
+    text = (out / "crafter.md").read_text()
+    assert "| advisor good (alone) | 1 |" in text and "| advisor adversarial (alone) | 1 |" in text
+    with pytest.raises(ValueError, match="reference policy"):
+        bench.reference_final(root, CPU_CONFIG, 0, sets, 2, "advisor_lucky")
+
+
+def test_the_advisor_played_alone_beats_random_and_its_adversary_on_the_same_layouts():
+    from lore.train.advisor_policy import evaluate_advisor_policy
+    from lore.train.random_policy import evaluate_random_policy
+
+    cfg = build_config(load_yaml(CPU_CONFIG), ["eval.episodes=4", "env.max_episode_steps=150"], "rl_only")
+    good, bad = evaluate_advisor_policy(cfg, "good"), evaluate_advisor_policy(cfg, "adversarial")
+    rand = evaluate_random_policy(cfg)
+    assert good["episodes"] == bad["episodes"] == 4 and "crafter_score" in good
+    assert good["ach_collect_wood"] == 1.0 and good["ach_place_table"] == 1.0  # every episode
+    assert good["crafter_score"] > 3 * max(rand["crafter_score"], bad["crafter_score"])
+    from lore.train.advisor_policy import AdvisorPolicy
+
+    with pytest.raises(ValueError, match="snapshots"):
+        AdvisorPolicy("crafter", ["noop"]).act({}, torch.ones(1, dtype=torch.bool), {})
 
 
 # --------------------------------------------------------------------------- prompts grounded in the state
