@@ -10,10 +10,11 @@ One module per environment family; this package holds what they share and the ad
   advice favours the next action of a shortest path (+4 logit, 0 for the others) and carries the whole
   remaining path as ``plan``. Tasks without a goal cell, or states with no path, get uniform logits and
   low confidence.
-* Crafter (:mod:`lore.llm.scripted.crafter`): a heuristic over the achievement ladder (wood -> table ->
-  wood pickaxe -> stone -> stone pickaxe -> coal / furnace / iron ...; drink and eat when low), walking
-  to the nearest needed material in the local semantic map (BFS over walkable cells) and pressing ``do``
-  when facing it.
+* Crafter (:mod:`lore.llm.scripted.crafter`): a heuristic over the achievement ladder (the cheap ones
+  first: one sleep while nothing hostile is in view, a sapling from the grass, planted; then wood ->
+  table -> wood pickaxe -> stone -> stone pickaxe -> coal / furnace / iron ...; drink and eat when low),
+  walking to the nearest needed material in the local semantic map (BFS over walkable cells) and pressing
+  ``do`` when facing it.
 
 Each family module also holds its feature template for the sandbox (``MINIGRID_FEATURES``,
 ``CRAFTER_FEATURES``), which :func:`features_code` fills in.
