@@ -74,8 +74,19 @@ def read_eval(runs: list[Path]) -> pd.DataFrame:
         frame["setup"] = setup_text(cfg)
         done = json.loads((run / "done").read_text())
         frame["steps_per_s"] = done["env_step"] / done["wall_s"] if done.get("wall_s") else math.nan
+        frame["entropy_last"] = last_entropy(run / "metrics.csv")
         frames.append(frame)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def last_entropy(metrics_csv: Path, points: int = 3) -> float:
+    """The actor's entropy in imagination (nats), mean of the last ``points`` logged values: a policy that
+    collapsed onto a few actions shows here long before its score says why."""
+    if not metrics_csv.is_file():
+        return math.nan
+    values = pd.read_csv(metrics_csv, usecols=lambda c: c == "entropy_imag").get("entropy_imag")
+    values = values.dropna() if values is not None else pd.Series(dtype=float)
+    return float(values.iloc[-points:].mean()) if len(values) else math.nan
 
 
 def setup_text(cfg: dict) -> str:
@@ -341,8 +352,8 @@ def report(frame: pd.DataFrame, random: pd.DataFrame, runs_table: pd.DataFrame, 
         "## Crafter score", "",
         "| arm | n | " + " | ".join(f"score @{step_label(b)}" for b in budgets)
         + f" | return @{step_label(last)} | distinct achievements @{step_label(last)} | API calls "
-        "| env steps/s (train) |",
-        "|---|---|" + "---|" * (len(budgets) + 4),
+        "| env steps/s (train) | actor entropy (last) |",
+        "|---|---|" + "---|" * (len(budgets) + 5),
     ]
     for arm in [*arms, RANDOM]:
         data = random if arm == RANDOM else frame[frame["ablation"] == arm]
@@ -351,18 +362,21 @@ def report(frame: pd.DataFrame, random: pd.DataFrame, runs_table: pd.DataFrame, 
         final = at_step(data, last)
         scores = [fmt(ci(at_step(data, b)["crafter_score"])) for b in budgets]
         if arm == RANDOM:
-            calls, speed = "0", "—"
+            calls, speed, entropy = "0", "—", "—"
         else:
             group = runs_table[runs_table["ablation"] == arm] if "ablation" in runs_table else pd.DataFrame()
             calls = calls_text(group["llm_calls"]) if "llm_calls" in group else "0"
             speed = fmt(ci(data.drop_duplicates("seed")["steps_per_s"]), 1)
+            entropy = fmt(ci(data.drop_duplicates("seed")["entropy_last"]))
         distinct = distinct_achievements(final)  # per seed: unlocked in any eval episode
         lines.append(f"| {arm} | {final['seed'].nunique()} | {' | '.join(scores)} | "
-                     f"{fmt(ci(final['return_mean']))} | {fmt(ci(distinct), 1)} | {calls} | {speed} |")
+                     f"{fmt(ci(final['return_mean']))} | {fmt(ci(distinct), 1)} | {calls} | {speed} | {entropy} |")
     lines += ["", "Distinct achievements: how many of the 22 a run unlocked at least once in its evaluation "
               "episodes at that point (mean over seeds). API calls: LLM calls per run that reached the backend (mean, min–max over seeds; the scripted "
               "advisor here). Env steps/s: env steps / wall time of the whole run (evaluations included), "
-              "as measured where the benchmark ran.", ""]
+              "as measured where the benchmark ran. Actor entropy: of the policy in imagination at the end of "
+              "training, nats (mean of its last three logged values; uniform over Crafter's 17 actions: "
+              f"{math.log(17):.2f}): far below that, the policy has collapsed onto a few actions.", ""]
     if doorkey_runs is not None:
         lines += doorkey_speed(doorkey_runs, [a for a in arms if a in ("rl_only", "full", "full_adversarial")])
     final_rows = final_rows if final_rows is not None else pd.DataFrame()

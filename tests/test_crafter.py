@@ -307,9 +307,17 @@ def test_report_reads_the_final_evaluation_where_the_benchmark_wrote_it(tmp_path
     sets = ["train.steps=2000", "eval.every=500", "eval.episodes=2", "env.max_episode_steps=15"]
     for seed in (0, 1):
         bench.random_baseline(root, CPU_CONFIG, seed, sets)
+    for seed in (0, 1):  # rl_only logged its actor entropy; the last three values are read
+        metrics = root / "rl_only" / f"seed{seed}" / "metrics.csv"
+        frame = pd.read_csv(metrics)
+        frame["entropy_imag"] = np.linspace(2.8, 0.1, len(frame))
+        frame.loc[len(frame) - 3:, "entropy_imag"] = [0.5, 0.7, 0.9]
+        frame.to_csv(metrics, index=False)
     assert report.main(["--runs-root", str(root), "--out", str(out), "--no-cli"]) == 0
     text = (out / "crafter.md").read_text()
     assert "## Targets (periodic evaluation at 2000 env steps)" in text and "## Final evaluation" not in text
+    rows = {line.split(" | ")[0][2:]: line for line in text.splitlines() if line.startswith("| ")}
+    assert rows["rl_only"].endswith("| 0.70 [0.70, 0.70] |") and rows["full"].endswith("| — |")
     for arm in ("rl_only", "full"):  # the final evaluation: the last row again, on 50 episodes, score shifted
         for seed in (0, 1):
             last = pd.read_csv(root / arm / f"seed{seed}" / "eval.csv").iloc[[-1]].copy()
