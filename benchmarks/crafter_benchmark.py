@@ -17,7 +17,9 @@ at that point), written to ``<out>/random_policy/seed<k>/eval.csv`` with the col
 
 The final evaluation: every finished run's last checkpoint is evaluated again on ``--final-episodes``
 separate episodes (default 50, five times the periodic evaluation's 10, so that the comparison at the last
-budget is not decided by episode noise) with ``lore eval`` -> ``<run>/eval_final.csv``, and the random
+budget is not decided by episode noise) with ``lore eval`` -> ``<run>/eval_final.csv`` (the learned policy
+alone) and, for the arms with a prior, ``lore eval --with-prior`` -> ``<run>/eval_final_prior.csv`` (the agent
+as it acts in training: the advice mixed in, gated, at the trust it had earned); and the random
 policy and the scripted advisor played alone (good and adversarial: what following the advice to the
 letter gives) on the same episodes (same layouts, draws seeded as the agent's last evaluation) ->
 ``<out>/{random_policy,advisor_good,advisor_adversarial}/seed<k>/eval_final.csv``.
@@ -44,6 +46,8 @@ ADVISORS = ("advisor_good", "advisor_adversarial")
 REFERENCES = (RANDOM_DIR, *ADVISORS)
 FINAL_EVAL = "eval_final.csv"
 """The final evaluation's file, in each run directory and each ``random_policy/seed<k>``."""
+FINAL_EVAL_PRIOR = "eval_final_prior.csv"
+"""The same with the LLM prior mixed in at act time (``lore eval --with-prior``), for the arms that have one."""
 """Folder of the random baseline under ``--out`` (not a training run: no config.yaml, no done)."""
 
 
@@ -81,15 +85,29 @@ def train_one(out: Path, config: Path, arm: str, seed: int, sets: list[str],
     t0 = time.time()
     with open(run_dir.parent / f"seed{seed}.log", "a") as log:
         rc = subprocess.call(train_command(config, run_dir, arm, seed, sets), stdout=log, stderr=subprocess.STDOUT)
-        if rc == 0 and final_episodes > 0 and not has_final_eval(run_dir / FINAL_EVAL, final_episodes):
-            (run_dir / FINAL_EVAL).unlink(missing_ok=True)  # one of another size: `lore eval` would append
-            rc = subprocess.call(final_eval_command(run_dir, final_episodes), stdout=log, stderr=subprocess.STDOUT)
+        for name, with_prior in ((FINAL_EVAL, False), (FINAL_EVAL_PRIOR, True)):
+            if rc != 0 or final_episodes <= 0 or has_final_eval(run_dir / name, final_episodes):
+                continue
+            if with_prior and not uses_prior(run_dir):
+                continue
+            (run_dir / name).unlink(missing_ok=True)  # one of another size: `lore eval` would append
+            rc = subprocess.call(final_eval_command(run_dir, final_episodes, with_prior), stdout=log,
+                                 stderr=subprocess.STDOUT)
     return arm, seed, time.time() - t0, rc
 
 
-def final_eval_command(run_dir: Path, episodes: int) -> list[str]:
+def final_eval_command(run_dir: Path, episodes: int, with_prior: bool = False) -> list[str]:
     return [sys.executable, "-m", "lore.cli", "eval", "--run-dir", str(run_dir), "--episodes", str(episodes),
-            "--out", str(run_dir / FINAL_EVAL)]
+            *(["--with-prior"] if with_prior else []),
+            "--out", str(run_dir / (FINAL_EVAL_PRIOR if with_prior else FINAL_EVAL))]
+
+
+def uses_prior(run_dir: Path) -> bool:
+    """The run mixes an LLM prior at act time (its final evaluation is repeated with it)."""
+    from lore.config import config_from_saved
+
+    cfg = config_from_saved(run_dir / "config.yaml")
+    return cfg.prior.enabled and cfg.llm.backend not in ("none", "replay")
 
 
 def has_final_eval(path: Path, episodes: int) -> bool:

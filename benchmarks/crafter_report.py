@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).parent))
-from crafter_benchmark import ADVISORS, FINAL_EVAL, RANDOM_DIR, REFERENCES  # noqa: E402
+from crafter_benchmark import ADVISORS, FINAL_EVAL, FINAL_EVAL_PRIOR, RANDOM_DIR, REFERENCES  # noqa: E402
 
 from lore.analysis import stats as st  # noqa: E402
 from lore.analysis.benchmark_report import signal_separation  # noqa: E402
@@ -99,17 +99,23 @@ def setup_text(cfg: dict) -> str:
             f"eval every {ev['every']} env steps on {ev['episodes']} episodes, device {cfg['device']}")
 
 
+WITH_PRIOR = " + prior"
+"""Suffix of an arm's name for its final evaluation with the LLM prior mixed in (``eval_final_prior.csv``)."""
+
+
 def read_final(runs: list[Path]) -> pd.DataFrame:
-    """Each finished run's final evaluation (``eval_final.csv``, written by the benchmark), where present."""
+    """Each finished run's final evaluations written by the benchmark, where present: the learned policy
+    alone (``eval_final.csv``, arm name as is) and with the prior (``eval_final_prior.csv``, ``<arm> + prior``)."""
     import yaml
 
     frames = []
     for run in runs:
-        if (run / FINAL_EVAL).is_file():
-            cfg = yaml.safe_load((run / "config.yaml").read_text())
-            frame = pd.read_csv(run / FINAL_EVAL)
-            frame["ablation"], frame["seed"] = cfg["ablation"], int(cfg["seed"])
-            frames.append(frame)
+        for name, suffix in ((FINAL_EVAL, ""), (FINAL_EVAL_PRIOR, WITH_PRIOR)):
+            if (run / name).is_file():
+                cfg = yaml.safe_load((run / "config.yaml").read_text())
+                frame = pd.read_csv(run / name)
+                frame["ablation"], frame["seed"] = cfg["ablation"] + suffix, int(cfg["seed"])
+                frames.append(frame)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
@@ -293,7 +299,8 @@ def final_section(final: pd.DataFrame, random_final: pd.DataFrame,
     steps = ", ".join(str(int(e)) for e in sorted(final["env_step"].unique()))
     lines = [f"## Final evaluation: {episodes} episodes at {steps} env steps", "",
              "Each finished run's last checkpoint evaluated again by `lore eval` on more episodes than the periodic "
-             "evaluation (the same protocol: the policy without the prior, fixed layouts), and on the same layouts "
+             "evaluation (the same protocol: the policy without the prior, fixed layouts; `+ prior`: the same "
+             "checkpoint with the LLM prior mixed in at act time, `lore eval --with-prior`), and on the same layouts "
              "the random policy and the scripted advisor played alone (its top action at every step, from the true "
              "state: what following the advice to the letter gives). `− random`: per-seed difference from the "
              "random policy on that seed's layouts.",
@@ -311,23 +318,29 @@ def final_section(final: pd.DataFrame, random_final: pd.DataFrame,
 def targets(rows: pd.DataFrame, random_rows: pd.DataFrame, where: str) -> list[str]:
     """Issue 10's targets read from ``rows`` (one row per arm and seed at the last budget), as measured."""
     rows = rows.assign(distinct=distinct_achievements(rows))
-    arm = {a: rows[rows["ablation"] == a] for a in ("rl_only", "full", "full_adversarial")}
+    arm = {a: rows[rows["ablation"] == a] for a in rows["ablation"].unique()}
+    base_arm = arm.get("rl_only", pd.DataFrame())
     lines = [f"## Targets ({where})", ""]
-    if len(arm["rl_only"]) and len(random_rows):
-        own, base = ci(arm["rl_only"]["crafter_score"]), ci(random_rows["crafter_score"])
+    if len(base_arm) and len(random_rows):
+        own, base = ci(base_arm["crafter_score"]), ci(random_rows["crafter_score"])
         met = own[3] >= 2 and base[3] >= 2 and own[1] > base[2]
         lines.append(f"- rl_only above random with non-overlapping 95% CIs: {fmt(own)} (n = {own[3]}) vs "
                      f"{fmt(base)} (n = {base[3]}): **{'met' if met else 'not met'}**.")
-    if len(arm["rl_only"]) and len(arm["full"]):
-        score, distinct = paired(arm["full"], arm["rl_only"], "crafter_score"), paired(arm["full"], arm["rl_only"], "distinct")
-        met = score[3] >= 2 and score[1] > 0 and distinct[1] > 0
-        lines.append(f"- full above rl_only (paired by seed, n = {score[3]}): score {signed(score)}, distinct "
-                     f"achievements {signed(distinct, 1)}: **{'met' if met else 'not met'}** (both CIs above 0).")
-    if len(arm["rl_only"]) and len(arm["full_adversarial"]):
-        score = paired(arm["full_adversarial"], arm["rl_only"], "crafter_score")
-        met = score[3] >= 2 and score[2] >= 0
-        lines.append(f"- full_adversarial not below rl_only beyond the CI (paired by seed, n = {score[3]}): score "
-                     f"{signed(score)}: **{'met' if met else 'not met'}**.")
+    if not len(base_arm):
+        return [*lines, ""] if len(lines) > 2 else []
+    for suffix in ("", WITH_PRIOR):
+        good, bad = arm.get("full" + suffix, pd.DataFrame()), arm.get("full_adversarial" + suffix, pd.DataFrame())
+        if len(good):
+            score, distinct = paired(good, base_arm, "crafter_score"), paired(good, base_arm, "distinct")
+            met = score[3] >= 2 and score[1] > 0 and distinct[1] > 0
+            lines.append(f"- full{suffix} above rl_only (paired by seed, n = {score[3]}): score {signed(score)}, "
+                         f"distinct achievements {signed(distinct, 1)}: **{'met' if met else 'not met'}** "
+                         "(both CIs above 0).")
+        if len(bad):
+            score = paired(bad, base_arm, "crafter_score")
+            met = score[3] >= 2 and score[2] >= 0
+            lines.append(f"- full_adversarial{suffix} not below rl_only beyond the CI (paired by seed, n = "
+                         f"{score[3]}): score {signed(score)}: **{'met' if met else 'not met'}**.")
     return [*lines, ""] if len(lines) > 2 else []
 
 

@@ -186,27 +186,34 @@ def test_random_baseline_is_written_at_the_eval_points_and_not_recomputed(tmp_pa
     assert bench.random_baseline(tmp_path, CPU_CONFIG, 1, TINY) == path and path.stat().st_mtime_ns == stamp
 
 
-def test_benchmark_final_evaluation_of_a_real_run_and_of_the_random_policy(tmp_path, capsys):
+def test_benchmark_final_evaluation_of_real_runs_with_and_without_the_prior(tmp_path, capsys):
     out = tmp_path / "b"
-    args = ["--out", str(out), "--arms", "rl_only", "--seeds", "1", "--jobs", "1", "--final-episodes", "3",
-            *sum((["--set", s] for s in TINY), [])]
-    assert bench.main(args) == 0, capsys.readouterr()
-    run = out / "rl_only" / "seed0"
+    sets = sum((["--set", s] for s in TINY), [])
+    args = lambda episodes: ["--out", str(out), "--arms", "rl_only", "full", "--seeds", "1", "--jobs", "1",  # noqa: E731
+                             "--final-episodes", str(episodes), *sets]
+    assert bench.main(args(3)) == 0, capsys.readouterr()
+    run, prior_run = out / "rl_only" / "seed0", out / "full" / "seed0"
     final = pd.read_csv(run / bench.FINAL_EVAL)
     assert len(final) == 1 and final["episodes"].iloc[0] == 3 and final["env_step"].iloc[0] == 40
     assert "crafter_score" in final and final["with_prior"].iloc[0] == 0
-    rand = pd.read_csv(out / bench.RANDOM_DIR / "seed0" / bench.FINAL_EVAL)
-    assert len(rand) == 1 and rand["episodes"].iloc[0] == 3 and rand["env_step"].iloc[0] == 40
-    # its first episodes are the periodic evaluation's last ones: same layouts, same draws
-    periodic = pd.read_csv(out / bench.RANDOM_DIR / "seed0" / "eval.csv")
-    assert periodic["env_step"].tolist() == [0, 20, 40]
-    stamps = [p.stat().st_mtime_ns for p in (run / bench.FINAL_EVAL, out / bench.RANDOM_DIR / "seed0" / bench.FINAL_EVAL)]
-    assert bench.main(args) == 0  # resumed: a finished run and its final evaluations are not redone
-    assert [p.stat().st_mtime_ns for p in (run / bench.FINAL_EVAL,
-                                           out / bench.RANDOM_DIR / "seed0" / bench.FINAL_EVAL)] == stamps
+    # the arm with a prior is evaluated again with it mixed in; the one without has no such file
+    assert not (run / bench.FINAL_EVAL_PRIOR).exists()
+    with_prior = pd.read_csv(prior_run / bench.FINAL_EVAL_PRIOR)
+    assert with_prior["with_prior"].iloc[0] == 1 and with_prior["episodes"].iloc[0] == 3
+    assert with_prior["llm_calls"].iloc[0] > 0 and "prior_applied_frac" in with_prior  # the advisor was asked
+    assert pd.read_csv(prior_run / bench.FINAL_EVAL)["with_prior"].iloc[0] == 0
+    for policy in bench.REFERENCES:
+        rand = pd.read_csv(out / policy / "seed0" / bench.FINAL_EVAL)
+        assert len(rand) == 1 and rand["episodes"].iloc[0] == 3 and rand["env_step"].iloc[0] == 40
+    files = [run / bench.FINAL_EVAL, prior_run / bench.FINAL_EVAL_PRIOR,
+             *(out / policy / "seed0" / bench.FINAL_EVAL for policy in bench.REFERENCES)]
+    stamps = [p.stat().st_mtime_ns for p in files]
+    assert bench.main(args(3)) == 0  # resumed: finished runs and their final evaluations are not redone
+    assert [p.stat().st_mtime_ns for p in files] == stamps
     # another size is redone, replacing (not appending to) the file
-    assert bench.main([*args[:8], "--final-episodes", "2", *args[10:]]) == 0
+    assert bench.main(args(2)) == 0
     assert pd.read_csv(run / bench.FINAL_EVAL)["episodes"].tolist() == [2]
+    assert pd.read_csv(prior_run / bench.FINAL_EVAL_PRIOR)["episodes"].tolist() == [2]
     with pytest.raises(SystemExit) as bad:
         bench.main(["--out", str(tmp_path / "c"), "--final-episodes", "-1"])
     assert bad.value.code == 2 and "--final-episodes must be >= 0" in capsys.readouterr().err
@@ -331,6 +338,14 @@ def test_report_reads_the_final_evaluation_where_the_benchmark_wrote_it(tmp_path
     assert "| full | 2 | 11.50 [" in text and "## Targets (final evaluation, 50 episodes)" in text
     assert "full above rl_only (paired by seed, n = 2): score +1.00 [+1.00, +1.00]" in text
     assert "| random | 1 |" in text  # only seed 0's random final evaluation exists: n says so
+    for seed in (0, 1):  # full's final evaluation with the prior mixed in
+        last = pd.read_csv(root / "full" / f"seed{seed}" / bench.FINAL_EVAL)
+        last["crafter_score"] = 20.0 + seed
+        last.to_csv(root / "full" / f"seed{seed}" / bench.FINAL_EVAL_PRIOR, index=False)
+    assert report.main(["--runs-root", str(root), "--out", str(out), "--no-cli"]) == 0
+    text = (out / "crafter.md").read_text()
+    assert "| full + prior | 2 | 20.50 [" in text
+    assert "full + prior above rl_only (paired by seed, n = 2): score +10.00 [+10.00, +10.00]" in text
     for mode in ("good", "adversarial"):
         bench.reference_final(root, CPU_CONFIG, 0, sets, 2, f"advisor_{mode}")
     assert report.main(["--runs-root", str(root), "--out", str(out), "--no-cli"]) == 0
