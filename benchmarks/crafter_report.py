@@ -365,8 +365,8 @@ def report(frame: pd.DataFrame, random: pd.DataFrame, runs_table: pd.DataFrame, 
         "## Crafter score", "",
         "| arm | n | " + " | ".join(f"score @{step_label(b)}" for b in budgets)
         + f" | return @{step_label(last)} | distinct achievements @{step_label(last)} | API calls "
-        "| env steps/s (train) | actor entropy (last) |",
-        "|---|---|" + "---|" * (len(budgets) + 5),
+        "| env steps/s (train) | actor entropy (last) | advised steps (% of train) |",
+        "|---|---|" + "---|" * (len(budgets) + 6),
     ]
     for arm in [*arms, RANDOM]:
         data = random if arm == RANDOM else frame[frame["ablation"] == arm]
@@ -375,21 +375,25 @@ def report(frame: pd.DataFrame, random: pd.DataFrame, runs_table: pd.DataFrame, 
         final = at_step(data, last)
         scores = [fmt(ci(at_step(data, b)["crafter_score"])) for b in budgets]
         if arm == RANDOM:
-            calls, speed, entropy = "0", "—", "—"
+            calls, speed, entropy, advised = "0", "—", "—", "—"
         else:
             group = runs_table[runs_table["ablation"] == arm] if "ablation" in runs_table else pd.DataFrame()
             calls = calls_text(group["llm_calls"]) if "llm_calls" in group else "0"
             speed = fmt(ci(data.drop_duplicates("seed")["steps_per_s"]), 1)
             entropy = fmt(ci(data.drop_duplicates("seed")["entropy_last"]))
+            advised = (fmt(ci(group["prior_mask_frac_avg"]), 1, scale=100.0)
+                       if "prior_mask_frac_avg" in group and group["prior_mask_frac_avg"].notna().any() else "—")
         distinct = distinct_achievements(final)  # per seed: unlocked in any eval episode
         lines.append(f"| {arm} | {final['seed'].nunique()} | {' | '.join(scores)} | "
-                     f"{fmt(ci(final['return_mean']))} | {fmt(ci(distinct), 1)} | {calls} | {speed} | {entropy} |")
+                     f"{fmt(ci(final['return_mean']))} | {fmt(ci(distinct), 1)} | {calls} | {speed} | {entropy} | {advised} |")
     lines += ["", "Distinct achievements: how many of the 22 a run unlocked at least once in its evaluation "
               "episodes at that point (mean over seeds). API calls: LLM calls per run that reached the backend (mean, min–max over seeds; the scripted "
               "advisor here). Env steps/s: env steps / wall time of the whole run (evaluations included), "
               "as measured where the benchmark ran. Actor entropy: of the policy in imagination at the end of "
               "training, nats (mean of its last three logged values; uniform over Crafter's 17 actions: "
-              f"{math.log(17):.2f}): far below that, the policy has collapsed onto a few actions.", ""]
+              f"{math.log(17):.2f}): far below that, the policy has collapsed onto a few actions. Advised steps: "
+              "the share of training env steps on which advice applied (mask 1: an answer for that state or "
+              "the next step of a plan still being followed), mean over log points.", ""]
     if doorkey_runs is not None:
         lines += doorkey_speed(doorkey_runs, [a for a in arms if a in ("rl_only", "full", "full_adversarial")])
     final_rows = final_rows if final_rows is not None else pd.DataFrame()

@@ -324,7 +324,15 @@ def test_report_reads_the_final_evaluation_where_the_benchmark_wrote_it(tmp_path
     text = (out / "crafter.md").read_text()
     assert "## Targets (periodic evaluation at 2000 env steps)" in text and "## Final evaluation" not in text
     rows = {line.split(" | ")[0][2:]: line for line in text.splitlines() if line.startswith("| ")}
-    assert rows["rl_only"].endswith("| 0.70 [0.70, 0.70] |") and rows["full"].endswith("| — |")
+    assert rows["rl_only"].endswith("| 0.70 [0.70, 0.70] | — |") and rows["full"].endswith("| — | — |")
+    # the share of advised training steps, from the aggregate's runs table
+    pd.DataFrame({"ablation": ["rl_only", "rl_only", "full", "full"], "seed": [0, 1, 0, 1], "llm_calls": [0, 0, 9, 11],
+                  "prior_mask_frac_avg": [0.0, 0.0, 0.02, 0.04]}).to_csv(out / "crafter" / "tables" / "runs.csv",
+                                                                          index=False)
+    assert report.main(["--runs-root", str(root), "--out", str(out), "--no-cli"]) == 0
+    rows = {line.split(" | ")[0][2:]: line for line in (out / "crafter.md").read_text().splitlines()
+            if line.startswith("| ")}
+    assert rows["full"].endswith("| 3.0 [2.0, 4.0] |") and "| 10.0 (9–11) |" in rows["full"]
     for arm in ("rl_only", "full"):  # the final evaluation: the last row again, on 50 episodes, score shifted
         for seed in (0, 1):
             last = pd.read_csv(root / arm / f"seed{seed}" / "eval.csv").iloc[[-1]].copy()
