@@ -334,6 +334,28 @@ def test_crafter_seeding_and_time_limit():
     assert runs[0][1] is False and runs[0][2] is True  # time limit: truncated, not terminated
 
 
+def test_crafter_episodes_are_reproducible_across_env_instances():
+    """crafter despawns a creature picked from a set of objects (memory-address order); the wrapper keeps
+    each chunk's objects in insertion order, so the same seed and actions give the same episode."""
+
+    def episode(seed: int) -> list:
+        env = make_env("crafter", seed=seed)
+        env.reset(seed=seed)
+        rng, trace, done = np.random.default_rng(0), [], False
+        while not done:
+            _, reward, terminated, truncated, info = env.step(int(rng.integers(env.action_space.n)))
+            trace.append((reward, tuple(env.player.pos), env.player.health))
+            done = terminated or truncated
+        chunk_sets = {type(objs).__name__ for objs in env.raw_env._world._chunks.values()}
+        env.close()
+        return trace, chunk_sets
+
+    for seed in (10_002_000, 7):
+        runs = [episode(seed) for _ in range(4)]
+        assert all(trace == runs[0][0] for trace, _ in runs), seed
+        assert runs[0][1] == {"_InsertionOrderedSet"}  # after a reset too
+
+
 def test_crafter_death_terminates_and_achievements_are_reported():
     env = make_env("crafter", 0)
     env.reset()

@@ -25,6 +25,8 @@ episode length limit (``length``, default 10000, or ``max_episode_steps``) is re
 
 from __future__ import annotations
 
+import collections
+
 import crafter
 import numpy as np
 from crafter import constants as crafter_constants
@@ -122,6 +124,35 @@ def nearest_by_kind(semantic: np.ndarray) -> dict[int, tuple[int, int, int]]:
     return result
 
 
+class _InsertionOrderedSet(dict):
+    """The ``set`` operations crafter's world uses on a chunk's objects (add, remove, iterate), iterating
+    in insertion order: a plain set of objects iterates in memory-address order."""
+
+    def add(self, item) -> None:
+        self[item] = None
+
+    def remove(self, item) -> None:
+        del self[item]
+
+
+def _order_chunks_by_insertion(world) -> None:
+    """Make ``world``'s creature balancing reproducible.
+
+    crafter keeps each chunk's objects in a ``set`` and despawns ``creatures[random.randint(n)]`` from a
+    list built by iterating it, so which zombie or cow goes depends on where the objects sit in memory:
+    the same seed and actions gave different episodes in two env instances (measured: lengths 148 vs
+    154). Every world reset rebuilds the chunks, so the reset is wrapped once per world.
+    """
+    reset = world.reset
+
+    def ordered_reset(seed=None):
+        reset(seed)
+        world._chunks = collections.defaultdict(_InsertionOrderedSet)
+
+    world.reset = ordered_reset
+    world._chunks = collections.defaultdict(_InsertionOrderedSet)
+
+
 def _no_image() -> None:
     """Stands in for ``crafter.Env._obs`` when no pixels are wanted (a module function pickles)."""
     return None
@@ -150,6 +181,7 @@ class CrafterLoreEnv(LoreEnv):
         self._env = crafter.Env(area=(self.area, self.area), view=(9, 9), size=(PIXEL_SIZE, PIXEL_SIZE),
                                 reward=CRAFTER_NAMES[name], length=length,
                                 seed=0 if seed is None else int(seed))
+        _order_chunks_by_insertion(self._env._world)
         self._check_crafter_layout()
         if not self.with_pixels:
             # Crafter renders an image on every step; skip it when nobody looks at it.
