@@ -354,6 +354,13 @@ def test_crafter_episodes_are_reproducible_across_env_instances():
         runs = [episode(seed) for _ in range(4)]
         assert all(trace == runs[0][0] for trace, _ in runs), seed
         assert runs[0][1] == {"_InsertionOrderedSet"}  # after a reset too
+    import pickle
+
+    env = make_env("crafter", seed=3)
+    env.reset(seed=3)
+    copy = pickle.loads(pickle.dumps(env))  # vector envs ship envs to workers: it still pickles, still ordered
+    copy.reset(seed=3)
+    assert {type(objs).__name__ for objs in copy.raw_env._world._chunks.values()} == {"_InsertionOrderedSet"}
 
 
 def test_crafter_death_terminates_and_achievements_are_reported():

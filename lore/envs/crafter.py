@@ -30,6 +30,7 @@ import collections
 import crafter
 import numpy as np
 from crafter import constants as crafter_constants
+from crafter import engine as crafter_engine
 from crafter import objects as crafter_objects
 from gymnasium import spaces
 
@@ -135,21 +136,24 @@ class _InsertionOrderedSet(dict):
         del self[item]
 
 
+class _OrderedWorld(crafter_engine.World):
+    """crafter's world with each chunk's objects kept in insertion order (see :func:`_order_chunks_by_insertion`)."""
+
+    def reset(self, seed=None):
+        super().reset(seed)
+        self._chunks = collections.defaultdict(_InsertionOrderedSet)
+
+
 def _order_chunks_by_insertion(world) -> None:
     """Make ``world``'s creature balancing reproducible.
 
     crafter keeps each chunk's objects in a ``set`` and despawns ``creatures[random.randint(n)]`` from a
     list built by iterating it, so which zombie or cow goes depends on where the objects sit in memory:
     the same seed and actions gave different episodes in two env instances (measured: lengths 148 vs
-    154). Every world reset rebuilds the chunks, so the reset is wrapped once per world.
+    154). Every world reset rebuilds the chunks, so the world's class becomes one whose reset builds
+    ordered ones (a module-level class: the env still pickles).
     """
-    reset = world.reset
-
-    def ordered_reset(seed=None):
-        reset(seed)
-        world._chunks = collections.defaultdict(_InsertionOrderedSet)
-
-    world.reset = ordered_reset
+    world.__class__ = _OrderedWorld
     world._chunks = collections.defaultdict(_InsertionOrderedSet)
 
 
