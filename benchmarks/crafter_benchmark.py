@@ -1,11 +1,11 @@
 """The Crafter benchmark (issue 10, "Crafter for real"): every (arm, seed) run of the CPU Crafter config,
 two at a time, seed by seed; and the uniform-random policy measured by the same evaluation code.
 
-    .venv/bin/python benchmarks/crafter_benchmark.py --out results/bench_crafter          # ~1h45 on 2 idle cores
+    .venv/bin/python benchmarks/crafter_benchmark.py --out results/bench_crafter          # ~2h on 2 idle cores
     .venv/bin/python benchmarks/crafter_report.py --runs-root results/bench_crafter       # docs/benchmark/crafter.md
 
 Every run is ``lore train --config config/crafter_cpu.yaml`` (the one declaration of the CPU Crafter
-run, also read by the workflow's config/crafter.yaml): symbolic observation, preset xs, 50k env steps,
+run, also read by the workflow's config/crafter.yaml): symbolic observation, preset xs, 20k env steps,
 evaluation every 5k steps on 10 separate episodes (fixed layouts, the learned policy without the prior).
 Arms: ``rl_only`` (DreamerV3 alone), ``full`` (the scripted Crafter advisor, good) and ``full_adversarial``;
 seeds 0..2 (``--seeds 5`` for 0..4). ``--steps``, ``--eval-every`` and ``--eval-episodes`` override the

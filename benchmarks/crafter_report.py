@@ -119,7 +119,7 @@ def read_final(runs: list[Path]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def read_random(root: Path, name: str = "eval.csv", policy: str = RANDOM_DIR) -> pd.DataFrame:
+def read_reference(root: Path, name: str = "eval.csv", policy: str = RANDOM_DIR) -> pd.DataFrame:
     """A reference policy's evaluations (``policy``: its folder under ``root``), one frame over seeds."""
     frames = []
     for path in sorted((root / policy).glob(f"seed*/{name}")):
@@ -335,7 +335,7 @@ def targets(rows: pd.DataFrame, random_rows: pd.DataFrame, where: str) -> list[s
             met = score[3] >= 2 and score[1] > 0 and distinct[1] > 0
             lines.append(f"- full{suffix} above rl_only (paired by seed, n = {score[3]}): score {signed(score)}, "
                          f"distinct achievements {signed(distinct, 1)}: **{'met' if met else 'not met'}** "
-                         "(both CIs above 0).")
+                         "(met when both CIs are above 0).")
         if len(bad):
             score = paired(bad, base_arm, "crafter_score")
             met = score[3] >= 2 and score[2] >= 0
@@ -442,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
     base = args.out / args.name
     tables, figures = base / "tables", base / "figures"
     run_list, runs = finished_runs(args.runs_root, tables)
-    frame, random = read_eval(runs), read_random(args.runs_root)
+    frame, random = read_eval(runs), read_reference(args.runs_root)
     if not len(frame):
         print(f"crafter_report: no finished run under {args.runs_root}", file=sys.stderr)
         return 1
@@ -457,8 +457,8 @@ def main(argv: list[str] | None = None) -> int:
     rel = lambda path: path.relative_to(args.out).as_posix()  # noqa: E731
     doorkey = pd.read_csv(args.doorkey_runs) if args.doorkey_runs.is_file() else None
     lines = report(frame, random, runs_table, budgets, rel(figure), rel(figures / "crafter_achievements.png"), doorkey,
-                   read_final(runs), read_random(args.runs_root, FINAL_EVAL),
-                   [read_random(args.runs_root, FINAL_EVAL, policy) for policy in ADVISORS])
+                   read_final(runs), read_reference(args.runs_root, FINAL_EVAL),
+                   [read_reference(args.runs_root, FINAL_EVAL, policy) for policy in ADVISORS])
     (args.out / f"{args.name}.md").write_text("\n".join(lines))
     print("\n".join(lines))
     return 0

@@ -21,8 +21,8 @@ and queried only when the gate reads it, ``prior.w_disagreement > 0``), ``featur
 of the late-fusion encoder for LLM features.
 
 CPU Crafter (config/crafter_cpu.yaml) runs xs: an update of a 16 x 64 batch of the symbolic
-observation costs ~3x as much with s as with xs (measured, 1 torch thread), too slow for 50k env steps
-in half an hour on one core.
+observation costs ~3x as much with s as with xs (measured, 1 torch thread), too slow for a 3-arm x 3-seed
+benchmark in about two hours on 2 cores.
 """
 
 from __future__ import annotations

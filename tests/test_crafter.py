@@ -48,7 +48,7 @@ def test_cpu_run_config_is_symbolic_crafter_on_cpu_for_every_arm():
         cfg = build_config(load_yaml(CPU_CONFIG), ablation=arm)
         assert (cfg.env.name, cfg.env.obs, cfg.device, cfg.model.preset) == ("crafter", "symbolic", "cpu", "xs")
         assert cfg.model.deter == PRESETS["xs"]["deter"] and cfg.train.torch_threads == 1
-        assert cfg.train.steps >= 50_000 and cfg.train.steps % cfg.eval.every == 0
+        assert cfg.train.steps % cfg.eval.every == 0 and cfg.train.steps // cfg.eval.every >= 4  # a curve, not a point
         assert cfg.eval.episodes >= 10
     # the benchmark's default steps are the config's (declared once)
     assert bench.eval_steps(cfg.train.steps, cfg.eval.every)[-1] == cfg.train.steps

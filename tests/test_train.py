@@ -211,13 +211,13 @@ class _ObservationPolicy:
         return {"t": torch.zeros(batch, dtype=torch.long)}
 
     def act(self, obs, is_first, state, extra=None, env_step: int = 0, sample: bool = True):
-        from lore.train.random_policy import RandomAct
+        from lore.train.evaluate import PolicyAct
 
         flat = obs["symbolic"].reshape(obs["symbolic"].shape[0], -1).float()
         keys = (flat * torch.arange(1, flat.shape[1] + 1)).sum(1).long()
         t = torch.where(is_first, torch.zeros_like(state["t"]), state["t"])
         turn = (keys * 7 + t * t) % 7 == 0  # mostly forward, a turn now and then: some episodes reach the goal
-        return RandomAct(action=torch.where(turn, (keys // 4) % 2, torch.full_like(keys, 2)), state={"t": t + 1})
+        return PolicyAct(action=torch.where(turn, (keys // 4) % 2, torch.full_like(keys, 2)), state={"t": t + 1})
 
 
 def test_episodes_side_by_side_score_like_episodes_one_after_another():

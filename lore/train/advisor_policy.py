@@ -10,20 +10,11 @@ advisor played alone what following it to the letter would give.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import torch
 
 from lore.config import RunConfig
-
-
-@dataclass
-class AdvisorAct:
-    """What :func:`~lore.train.evaluate.evaluate_policy` reads from ``act()``: the action and the state."""
-
-    action: torch.Tensor
-    state: dict
+from lore.train.evaluate import PolicyAct, evaluate_policy, make_eval_envs
 
 
 class AdvisorPolicy:
@@ -39,19 +30,18 @@ class AdvisorPolicy:
     def initial_state(self, batch: int) -> dict:
         return {}
 
-    def act(self, obs, is_first, state, extra=None, env_step: int = 0, sample: bool = True) -> AdvisorAct:
+    def act(self, obs, is_first, state, extra=None, env_step: int = 0, sample: bool = True) -> PolicyAct:
         if extra is None:
             raise ValueError("AdvisorPolicy needs the envs' snapshots as extra (evaluate_advisor_policy passes them)")
         actions = [int(np.argmax(self.advisor.advise(s, self.family, self.action_names,
                                                      with_features=False)["action_prior"]["logits"]))
                    for s in extra]
-        return AdvisorAct(action=torch.as_tensor(actions, dtype=torch.long), state=state)
+        return PolicyAct(action=torch.as_tensor(actions, dtype=torch.long), state=state)
 
 
 def evaluate_advisor_policy(cfg: RunConfig, mode: str = "good", eval_index: int = 0) -> dict:
     """One evaluation of the advisor (``mode``: good / noisy / adversarial) with ``cfg``'s env, seed and
     ``eval.episodes``, on the layouts of a trained run's evaluation (:func:`~lore.train.evaluate.make_eval_envs`)."""
-    from lore.train.evaluate import evaluate_policy, make_eval_envs
 
     envs = make_eval_envs(cfg, cfg.seed)
     try:

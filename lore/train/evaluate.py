@@ -9,11 +9,20 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from lore.config import RunConfig
+
+
+@dataclass
+class PolicyAct:
+    """What :func:`evaluate_policy` reads from a reference policy's ``act()``: the action [B] and the state."""
+
+    action: torch.Tensor
+    state: dict
 
 
 def crafter_score(rates_percent: list[float]) -> float:

@@ -10,19 +10,10 @@ episodes, and the same metrics (``success_rate``, ``return_mean``, ..., for Craf
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from lore.config import RunConfig
-
-
-@dataclass
-class RandomAct:
-    """What :func:`~lore.train.evaluate.evaluate_policy` reads from ``act()``: the action and the state."""
-
-    action: torch.Tensor
-    state: dict
+from lore.train.evaluate import PolicyAct, evaluate_policy, make_eval_envs
 
 
 class UniformRandomPolicy:
@@ -37,10 +28,10 @@ class UniformRandomPolicy:
     def initial_state(self, batch: int) -> dict:
         return {}
 
-    def act(self, obs, is_first, state, extra=None, env_step: int = 0, sample: bool = True) -> RandomAct:
+    def act(self, obs, is_first, state, extra=None, env_step: int = 0, sample: bool = True) -> PolicyAct:
         batch = int(is_first.shape[0])
         action = torch.randint(self.num_actions, (batch,), generator=self.generator)
-        return RandomAct(action=action, state=state)
+        return PolicyAct(action=action, state=state)
 
 
 def evaluate_random_policy(cfg: RunConfig, eval_index: int = 0, env=None) -> dict:
@@ -50,7 +41,6 @@ def evaluate_random_policy(cfg: RunConfig, eval_index: int = 0, env=None) -> dic
     agent's (``7919 * seed + eval_index``); the layouts do not depend on it. ``env``: eval envs to
     reuse, one or a list (default: built like the trainer's, :func:`lore.train.evaluate.make_eval_envs`).
     """
-    from lore.train.evaluate import evaluate_policy, make_eval_envs
 
     own = env is None
     envs = make_eval_envs(cfg, cfg.seed) if own else (list(env) if isinstance(env, (list, tuple)) else [env])
