@@ -276,6 +276,9 @@ def test_report_from_runs_states_score_achievements_calls_speed_and_the_random_b
     # Crafter's training speed is quoted beside DoorKey's (that env's rows only, per arm, with n)
     assert "preset debug, train ratio 64" in text and "rl_only 25.0 [" in text and "(n = 2)" in text
     assert "full 12.5 (n = 1)" in text
+    # the controller settings of the arms that ask an LLM (a Crafter state rarely repeats: they bound advice)
+    budget = yaml.safe_load((root / "full" / "seed0" / "config.yaml").read_text())["llm"]["controller"]["budget"]
+    assert f"LLM controller: full: budget {budget} calls" in text and "rl_only: budget" not in text
     assert (out / "crafter" / "figures" / "crafter_score.png").stat().st_size > 10_000
     rows = {line.split(" | ")[0][2:]: line for line in text.splitlines() if line.startswith("| ")}
     for arm in (*bench.ARMS, "random"):
