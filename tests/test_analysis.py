@@ -215,6 +215,22 @@ def test_pooled_rows_use_every_environment(tmp_path):
     assert ((tables.improvement["env"] == "all") & (tables.improvement["ablation"] == "full")).any()
 
 
+def test_the_paper_gets_its_crafter_section_from_crafter_runs(tmp_path):
+    from lore.analysis.latex import formatter_for
+
+    paths = write_grid(tmp_path, [ENV, "crafter"], ["rl_only", "full"], [0, 1, 2], steps=2000, eval_every=1000)
+    tables = aggregate(load_runs(paths), SETTINGS)
+    write_generated(tables, SETTINGS, tmp_path / "gen", envs_order=[ENV, "crafter"])
+    assert r"\lorecraftertrue" in (tmp_path / "gen" / "macros.tex").read_text()
+    table = (tmp_path / "gen" / "crafter_table.tex").read_text()
+    fmt = formatter_for("crafter_score")
+    for arm in ("rl_only", "full"):
+        mean, low, high = (_stat(tables, arm, "crafter_score", f, env="crafter") for f in ("mean", "mean_low", "mean_high"))
+        assert low <= mean <= high and low < high  # three seeds that differ: a real interval
+        assert fmt(mean) in table and f"[{fmt(low)}, {fmt(high)}]" in table, (arm, table)
+    assert "tab:crafter-crafter" in table  # the label paper/lore.tex refers to
+
+
 def test_incomplete_and_broken_runs(tmp_path):
     spec = SyntheticRun(env=ENV, ablation="gate", seed=3, steps=4000, eval_every=1000, complete=False)
     run = load_run(write_run(tmp_path / "r", spec))
