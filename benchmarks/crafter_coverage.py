@@ -4,8 +4,9 @@ A Crafter state rarely repeats, so the answer cache is seldom reused and the con
 decide how much of training sees the prior at all. This compares run groups (one controller setting each) at a
 common env step ``--at``, so that runs still in progress (checkpointed, to be resumed) can be read beside
 finished ones: LLM calls, steps that followed a plan, the share of training steps with advice, and the periodic
-evaluation's Crafter score at every eval point up to ``--at`` (10 episodes per point: a coarse reading; the
-final evaluation of `crafter_report.py` is the one to trust).
+evaluation's Crafter score at every eval point up to ``--at`` (10 episodes per point: a coarse reading) and,
+for finished runs whose final evaluation (50 episodes; with the prior mixed in: ``+ prior``) is not past ``--at``,
+its score.
 
     .venv/bin/python benchmarks/crafter_coverage.py --at 13000 --out docs/benchmark/crafter_coverage.md \\
         "cooldown 100/250=results/bench_crafter_replay/full" "cooldown 40/40=results/bench_crafter_paced/full" \\
@@ -25,7 +26,7 @@ import pandas as pd
 import yaml
 
 sys.path.insert(0, str(Path(__file__).parent))
-from crafter_report import ci, fmt  # noqa: E402
+from crafter_report import FINAL_EVAL, FINAL_EVAL_PRIOR, ci, fmt  # noqa: E402
 
 from lore.utils.io import atomic_write_text  # noqa: E402
 
@@ -41,10 +42,14 @@ def read_run(run: Path, at: int) -> dict | None:
     row = {"controller": controller_setting(cfg)}
     if "llm_calls" in metrics:
         row |= {"calls": float(last["llm_calls"]), "plan_steps": float(last["llm_plan_steps"]),
-                "advised_pct": 100.0 * float(metrics["prior_mask_frac_train"].mean())}
+                "advised_pct": 100.0 * float(metrics["prior_mask_frac"].mean())}
     evals = pd.read_csv(run / "eval.csv")
     for r in evals[(evals["env_step"] > 0) & (evals["env_step"] <= at)].itertuples():
         row[f"score@{int(r.env_step)}"] = float(r.crafter_score)
+    for name, key in ((FINAL_EVAL, "final"), (FINAL_EVAL_PRIOR, "final + prior")):
+        final = pd.read_csv(run / name) if (run / name).is_file() else pd.DataFrame()
+        if len(final) and int(final["env_step"].iloc[-1]) <= at:
+            row[key] = float(final["crafter_score"].iloc[-1])
     return row
 
 
@@ -58,8 +63,10 @@ def controller_setting(cfg: dict) -> str:
 def table(groups: dict[str, list[dict]]) -> list[str]:
     scores = sorted({k for rows in groups.values() for r in rows for k in r if k.startswith("score@")},
                     key=lambda k: int(k.split("@")[1]))
+    finals = [k for k in ("final", "final + prior") if any(k in r for rows in groups.values() for r in rows)]
+    scores += finals
     lines = ["| group | n | controller | LLM calls | plan steps | advised steps (% of train) | "
-             + " | ".join(f"score {k.split('@')[1]}" for k in scores) + " |",
+             + " | ".join(f"score {k.split('@')[1]}" if "@" in k else f"score ({k})" for k in scores) + " |",
              "|---" * (6 + len(scores)) + "|"]
     for label, rows in groups.items():
         frame = pd.DataFrame(rows)
@@ -99,8 +106,9 @@ def main(argv: list[str] | None = None) -> int:
         f"Every run read at env step {args.at} (runs in progress included). LLM calls and plan steps: counts "
         "up to that step; advised steps: mean over log points of the share of training env steps with advice "
         "(an answer for that state or the next step of a plan being followed); score: the periodic "
-        "evaluation's Crafter score (10 episodes per point, the learned policy without the prior). Mean and "
-        "95% bootstrap CI over runs.", "", *table(groups), ""])
+        "evaluation's Crafter score (10 episodes per point, the learned policy without the prior); final: the "
+        "final evaluation of a finished run (`crafter_benchmark.py`; `+ prior`: with the prior mixed in at act "
+        "time), where it is not past that step. Mean and 95% bootstrap CI over runs (n: runs read).", "", *table(groups), ""])
     if args.out:
         atomic_write_text(args.out, text)
         print(args.out)

@@ -482,7 +482,7 @@ def _coverage_run(run: Path, ablation: str, cooldown: int, steps: list[int], mas
     metrics = {"env_step": steps}
     if backend != "none":
         metrics |= {"llm_calls": [s // cooldown for s in steps], "llm_plan_steps": [s // 1000 for s in steps],
-                    "prior_mask_frac_train": mask}
+                    "prior_mask_frac": mask}
     pd.DataFrame(metrics).to_csv(run / "metrics.csv", index=False)
     pd.DataFrame({"env_step": [0, *steps[1::2]], "crafter_score": scores}).to_csv(run / "eval.csv", index=False)
 
@@ -496,16 +496,23 @@ def test_coverage_reads_every_group_at_one_env_step_and_leaves_out_runs_short_of
     _coverage_run(tmp_path / "slow" / "seed2", "full", 100, steps[:2], [0.2, 0.2], [0.0, 5.0])  # not at 3000 yet
     _coverage_run(tmp_path / "paced" / "seed0", "full", 40, steps, [0.1, 0.1, 0.1, 0.1], [0.0, 2.0, 2.0])
     _coverage_run(tmp_path / "none" / "seed0", "rl_only", 100, steps, [], [0.0, 4.0, 4.0])
+    for seed, score in ((0, 5.0), (1, 7.0)):  # final evaluations: at --at (read), past it (not read)
+        pd.DataFrame({"env_step": [3000], "crafter_score": [score]}).to_csv(
+            tmp_path / "slow" / f"seed{seed}" / report.FINAL_EVAL, index=False)
+    pd.DataFrame({"env_step": [4000], "crafter_score": [9.0]}).to_csv(tmp_path / "paced" / "seed0" / report.FINAL_EVAL,
+                                                                       index=False)
     out = tmp_path / "coverage.md"
     assert coverage.main(["--at", "3000", "--out", str(out), f"slow={tmp_path / 'slow'}",
                           f"paced={tmp_path / 'paced'}", f"none={tmp_path / 'none'}"]) == 0
     assert "slow/seed2 has not reached env step 3000" in capsys.readouterr().err
-    rows = {line.split(" | ")[0][2:]: line.split(" | ") for line in out.read_text().splitlines()
+    rows = {line.split(" | ")[0][2:]: line.removesuffix(" |").split(" | ") for line in out.read_text().splitlines()
             if line.startswith("| ") and not line.startswith("| group")}
     # calls at the last row <= 3000 (3000 // 100), advised share = mean of the rows up to 3000 (not the 4000 one)
     assert rows["slow"][1] == "2" and rows["slow"][3].startswith("30 ") and rows["slow"][5] == "2.67 [1.67, 3.67]"
     assert rows["paced"][3] == "75" and rows["paced"][5] == "10.00" and rows["paced"][2] == "budget 500, cooldown 40/40"
     assert rows["none"][2] == "no LLM" and rows["none"][3] == "—"
     assert rows["slow"][6].startswith("2.00 [")  # the eval at 2000 (the one at 4000 is past --at)
+    assert "| score (final) |" in out.read_text() and rows["slow"][7] == "6.00 [5.00, 7.00]"
+    assert rows["paced"][7] == "—"
     with pytest.raises(SystemExit):
         coverage.main(["--at", "3000", f"missing={tmp_path / 'nope'}"])
