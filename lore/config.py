@@ -312,6 +312,11 @@ class PriorConfig:
     """lagrangian: hard act-time trust region, KL(pi_mix || pi_wm) <= kl_bound nats per state."""
     kl_delta: float = 0.1
     """lagrangian: the absorption term pulls the actor until the replay-state KL(pi_mix || pi_wm) is within delta."""
+    absorb_over: Literal["advised", "all"] = "advised"
+    """lagrangian: how the absorption term averages over replay states (lore.prior.kl_control.absorption_mean).
+    ``advised``: over the advised ones (each weighs 1 / their share of the batch); ``all``: over every state,
+    so sparse advice pulls on the actor in proportion to its coverage. The dual step is the same in both.
+    Measured on Crafter: config/absorb_over_all.yaml."""
     kl_eta: float = 0.05
     lambda_max: float = 10.0
     lambda_kl: float = 0.1

@@ -5,6 +5,18 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def pytest_collection_modifyitems(config, items):
+    """Files with the most ``slow`` tests first (stable otherwise).
+
+    pytest-xdist (``--dist loadfile --no-loadscope-reorder``) hands files to workers in this order, so the
+    minutes-long SLURM and workflow files start at once instead of after the many quick files.
+    """
+    slow: dict[str, int] = {}
+    for item in items:
+        slow[item.path.name] = slow.get(item.path.name, 0) + int(item.get_closest_marker("slow") is not None)
+    items.sort(key=lambda item: -slow[item.path.name])
+
+
 @pytest.fixture(autouse=True)
 def _quiet_torch_threads():
     import torch

@@ -13,6 +13,7 @@ from lore.config import DistillConfig, PriorConfig
 from lore.prior.distill import DistillationMonitor, is_holdout
 from lore.prior.gate import EMANormalizer, anneal_factor
 from lore.prior.kl_control import (
+    absorption_mean,
     advantage_bonus,
     categorical_kl,
     dual_ascent,
@@ -288,6 +289,36 @@ def test_lagrangian_hand_computed():
     assert loss.item() == pytest.approx(2.0 * (kl - 0.1), abs=1e-6)
     assert categorical_kl(torch.tensor([[math.log(4.0), 0.0]]), torch.zeros(1, 2)).item() == pytest.approx(kl)
     assert lagrangian_penalty(torch.tensor([0.05, 0.3]), 2.0, 0.1).item() == pytest.approx(0.2)
+
+
+def test_absorption_over_all_states_pulls_in_proportion_to_the_advised_share():
+    # the same hand-computed case as above with 1 advised state of 2 (absorb_over: all halves the term), then of 4
+    kl = 0.8 * math.log(1.6) + 0.2 * math.log(0.4)
+    prior = torch.tensor([[math.log(4.0), 0.0], [5.0, 0.0]])
+    for rows in (2, 4):
+        layer = PriorLayer(prior_cfg(kl_mode="lagrangian", kl_delta=0.1, absorb_over="all"), 2)
+        layer.lambda_kl = 2.0
+        logits_wm = torch.zeros(rows, 2, requires_grad=True)
+        mask = torch.zeros(rows)
+        mask[0] = 1.0
+        prior_rows = torch.cat([prior, prior[1:].expand(rows - 2, 2)])
+        loss, metrics = layer.actor_loss(logits_wm, prior_rows, mask, torch.ones(rows), torch.ones(rows))
+        assert loss.item() == pytest.approx(2.0 * (kl - 0.1) / rows, abs=1e-6)
+        # the constraint the dual variable sees is the same: the KL on the advised states
+        assert metrics["kl_mix_wm"] == pytest.approx(kl, abs=1e-6)
+        loss.backward()
+        assert logits_wm.grad[1:].abs().max().item() == 0.0 and logits_wm.grad[0, 0].item() < 0.0
+
+
+def test_absorption_mean_by_hand_and_bad_input():
+    x, mask = torch.tensor([1.0, 3.0, 5.0, 7.0]), torch.tensor([1.0, 0.0, 1.0, 0.0])
+    assert absorption_mean(x, mask, "advised").item() == pytest.approx(3.0)  # (1 + 5) / 2
+    assert absorption_mean(x, mask, "all").item() == pytest.approx(1.5)  # (1 + 5) / 4
+    assert absorption_mean(x, torch.zeros(4), "all").item() == 0.0
+    with pytest.raises(ValueError, match="absorb_over"):
+        absorption_mean(x, mask, "some")
+    with pytest.raises(ValueError, match="differ"):
+        absorption_mean(x, mask[:3], "all")
 
 
 def test_prior_reg_and_bonus_hand_computed():

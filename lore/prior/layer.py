@@ -42,6 +42,7 @@ from lore.prior.gate import (
     trust_floored_beta,
 )
 from lore.prior.kl_control import (
+    absorption_mean,
     advantage_bonus,
     categorical_kl,
     dual_ascent,
@@ -404,7 +405,8 @@ class PriorLayer:
             kl = categorical_kl(logits_mix.detach(), logits)
             weight = self.absorb_weight(source, kl.shape[0], kl.device)
             absorbed = (mask > 0) & (weight > 0)
-            loss = self.lambda_kl * masked_mean(torch.relu(kl - self.cfg.kl_delta) * weight, mask)
+            loss = self.lambda_kl * absorption_mean(torch.relu(kl - self.cfg.kl_delta) * weight, mask,
+                                                    self.cfg.absorb_over)
             # The constraint is on the trust-weighted KL, E[w (KL - delta)] <= 0: the dual variable does
             # not grow on advice that is not being absorbed (w = 0 gives KL = delta, no dual step).
             kl_mix_wm = (self.cfg.kl_delta + masked_mean(weight * (kl.detach() - self.cfg.kl_delta), mask)
