@@ -26,7 +26,7 @@ import pandas as pd
 import yaml
 
 sys.path.insert(0, str(Path(__file__).parent))
-from crafter_report import FINAL_EVAL, FINAL_EVAL_PRIOR, ci, fmt  # noqa: E402
+from crafter_report import FINAL_EVAL, FINAL_EVAL_PRIOR, ci, fmt, label_folders  # noqa: E402
 
 from lore.utils.io import atomic_write_text  # noqa: E402
 
@@ -83,12 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--at", type=int, required=True, help="env step at which every run is read")
     p.add_argument("--out", type=Path, help="write the markdown here (default: print it)")
     args = p.parse_args(argv)
-    folders = {}
-    for item in args.groups:
-        label, sep, folder = item.partition("=")
-        if not sep or not label or not Path(folder).is_dir():
-            p.error(f"{item!r}: expected LABEL=FOLDER with an existing folder of seed*/ runs")
-        folders[label] = Path(folder)
+    folders = label_folders(p, args.groups)
     if args.at <= 0:
         p.error(f"--at must be > 0, got {args.at}")
     groups: dict[str, list[dict]] = {}

@@ -97,9 +97,11 @@ def controller_text(cfg: dict) -> str:
     if llm["backend"] == "none":
         return ""
     ctl = llm["controller"]
+    # runs written before prior.absorb_over existed averaged the absorption over the advised states
+    absorb = (cfg.get("prior") or {}).get("absorb_over", "advised")
     return (f"{cfg['ablation']}: budget {ctl['budget']} calls, cooldown {ctl['cooldown']} env steps after a "
             f"question ({ctl['cooldown_after_success']} after an answered one), plans of at most "
-            f"{llm['plan_max_len']} steps")
+            f"{llm['plan_max_len']} steps, KL absorption averaged over {absorb} states")
 
 
 def setup_text(cfg: dict) -> str:
@@ -144,6 +146,17 @@ def read_reference(root: Path, name: str = "eval.csv", policy: str = RANDOM_DIR)
 
 
 # --------------------------------------------------------------------------- statistics
+
+
+def label_folders(parser, items: list[str]) -> dict[str, Path]:
+    """``{label: folder}`` from ``LABEL=FOLDER`` arguments; a bad one is a usage error (exit 2) naming it."""
+    folders = {}
+    for item in items:
+        label, sep, folder = item.partition("=")
+        if not sep or not label or not Path(folder).is_dir():
+            parser.error(f"{item!r}: expected LABEL=FOLDER with an existing folder of seed*/ runs")
+        folders[label] = Path(folder)
+    return folders
 
 
 def ci(values, resamples: int = 2000) -> tuple[float, float, float, int]:

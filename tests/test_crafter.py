@@ -5,6 +5,7 @@ Crafter prompts grounded in the symbolic state, and Crafter-specific bad input."
 from __future__ import annotations
 
 import argparse
+import math
 import shlex
 import shutil
 import subprocess
@@ -23,6 +24,7 @@ from lore.config import build_config, load_yaml, to_dict
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
+import crafter_actions  # noqa: E402
 import crafter_benchmark as bench  # noqa: E402
 import crafter_report as report  # noqa: E402
 from workflow_helpers import job_counts  # noqa: E402
@@ -218,6 +220,31 @@ def test_benchmark_final_evaluation_of_real_runs_with_and_without_the_prior(tmp_
         bench.main(["--out", str(tmp_path / "c"), "--final-episodes", "-1"])
     assert bad.value.code == 2 and "--final-episodes must be >= 0" in capsys.readouterr().err
     assert not (tmp_path / "c").exists()
+
+    # what the policies did: every step of every episode counted once, by action name
+    from lore.train.eval_cli import EvalOptions, run_eval
+
+    row = run_eval(EvalOptions(run_dir=str(run), episodes=3, out=str(tmp_path / "e.csv")))
+    assert sum(row["action_counts"].values()) == round(row["length_mean"] * 3)
+    doc = tmp_path / "actions.md"
+    assert crafter_actions.main(["--episodes", "2", "--out", str(doc), f"rl_only={out / 'rl_only'}",
+                                 f"full={out / 'full'}"]) == 0
+    text = doc.read_text()
+    assert "| rl_only | seed0 | 40 |" in text and "| full | seed0 | 40 |" in text and "| **full** | n = 1 |" in text
+    with pytest.raises(SystemExit) as bad:
+        crafter_actions.main(["--out", str(tmp_path / "x.md"), f"rl_only={tmp_path / 'missing'}"])
+    assert bad.value.code == 2 and "expected LABEL=FOLDER" in capsys.readouterr().err
+    assert not (tmp_path / "x.md").exists()
+
+
+def test_action_shares_and_their_entropy_by_hand():
+    shares = crafter_actions.action_shares({0: 3, 5: 1})
+    assert len(shares) == 17 and shares["noop"] == 0.75 and sum(shares.values()) == pytest.approx(1.0)
+    assert crafter_actions.shares_entropy(shares) == pytest.approx(-(0.75 * math.log(0.75) + 0.25 * math.log(0.25)))
+    uniform = crafter_actions.action_shares(dict.fromkeys(range(17), 2))
+    assert crafter_actions.shares_entropy(uniform) == pytest.approx(math.log(17))
+    with pytest.raises(ValueError, match="no actions"):
+        crafter_actions.action_shares({})
 
 
 def _final_rows(arm_scores: dict[str, list[float]], distinct: dict[str, list[int]]) -> pd.DataFrame:

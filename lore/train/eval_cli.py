@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -121,6 +122,7 @@ def run_eval(opts: EvalOptions) -> dict:
             session.after_act(out_, actions)
 
     def on_step(k, env_, action, obs, reward, done):
+        usage.actions[int(action)] += 1  # envs still in their episode only (a finished one idles)
         if session is not None:
             session.on_step(action, reward, done)
         if frames is not None:
@@ -149,7 +151,7 @@ def run_eval(opts: EvalOptions) -> dict:
     table = CsvTable(out)
     table.append(row)
     table.flush()
-    return {**row, "out": str(out)}
+    return {**row, "out": str(out), "action_counts": dict(usage.actions)}
 
 
 # --------------------------------------------------------------------------- checks
@@ -281,6 +283,7 @@ class _Usage:
         self.applied = 0.0
         self.beta = 0.0
         self.changed = 0.0
+        self.actions: Counter[int] = Counter()  # what the evaluated policy did (action id -> env steps)
 
     def on_act(self, out) -> None:
         beta = float(out.beta.float().mean().item())
