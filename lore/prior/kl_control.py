@@ -34,7 +34,8 @@ def absorption_mean(x: torch.Tensor, mask: torch.Tensor, over: str) -> torch.Ten
     advice covers, like every other per-state term of the actor loss. With advice on ~1% of the states the
     masked mean weighs each advised state ~100 times an ordinary one: measured on Crafter (20k env steps,
     advice on 1-3% of training steps) a trust a hair above 0.5 (absorption weight 0.01-0.05) was enough to
-    collapse the actor onto the adversarial advisor's ``noop`` (94% of its evaluation actions, seed 2).
+    collapse the actor onto the adversarial advisor's ``noop`` (89% of its evaluation actions, seed 2;
+    docs/benchmark/crafter_actions.md).
     """
     if over == "advised":
         return masked_mean(x, mask)
