@@ -270,6 +270,13 @@ class PriorConfig:
     adversary caught from returns at 2k env steps had its episode t back at 0 and acted at full strength from ~7k.
     Measured as an overlay (config/trust_episode_acted.yaml): no arm moved beyond noise (DoorKey full_adversarial AUC
     paired -0.012 [-0.051, +0.018], n = 5: there returns never caught the adversary, so nothing was kept)."""
+    trust_familywise: bool = False
+    """A positive advised-vs-control episode t counts only beyond a dead zone that widens with the run: the
+    Bonferroni width over the ~1 + episodes * (1 - decay) nearly independent windows the decayed statistic has
+    been read in (lore.prior.trust.familywise_width); harm keeps trust_dead_zone. Read after every episode, a fixed
+    width is crossed sooner or later by advice that changes nothing: on the 30 Crafter runs' own return sequences
+    with control labels drawn at random (benchmarks/trust_null_benchmark.py), the absorption weight passed 0.5 at
+    some point in 35% of runs with the fixed width. Measured as an overlay: config/trust_familywise.yaml."""
     trust_decay: float = 0.99
     """EMA decay of the trust evidence, per update."""
     trust_min_gap: float = 1e-3

@@ -109,7 +109,8 @@ class PriorLayer:
         self.normalisers = [EMANormalizer(cfg.ema_decay) for _ in UNCERTAINTY_KEYS]
         self.trust = AdviceTrust(cfg.trust_decay, cfg.trust_gain, cfg.trust_dead_zone, cfg.trust_act_evidence,
                                   cfg.trust_failures, cfg.trust_act_pooled, cfg.trust_model_failures,
-                                  cfg.trust_step_failures, cfg.trust_value_weight, cfg.trust_episode_acted)
+                                  cfg.trust_step_failures, cfg.trust_value_weight, cfg.trust_episode_acted,
+                                  cfg.trust_familywise)
         self.control = torch.zeros(self.num_envs, dtype=torch.bool)
         """Per env: is the current episode a control episode (prior off throughout)?"""
         self.acted = torch.zeros(self.num_envs, dtype=torch.bool)

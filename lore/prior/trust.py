@@ -45,6 +45,7 @@ right or wrong independently, so each has its own estimate.
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
 import torch
 
@@ -182,6 +183,22 @@ def dead_zone(t: float, width: float) -> float:
     return math.copysign(max(abs(t) - width, 0.0), t)
 
 
+def familywise_width(width: float, windows: float) -> float:
+    """Dead zone that keeps ``width``'s one-sided false-positive rate over ``windows`` independent looks (Bonferroni).
+
+    ``Phi^-1(1 - Phi(-width) / windows)``: ``width`` itself at one window (1 SE: 16%), 1.6 SE at three, 2 SE
+    at seven. A decayed comparison forgets in ``1 / (1 - decay)`` episodes, so a run of ``n`` episodes holds about
+    ``1 + n (1 - decay)`` windows whose t-statistics are nearly independent; read after every episode, one of them
+    crosses any fixed width sooner or later when the advice changes nothing.
+    """
+    if not windows >= 1.0:
+        raise ValueError(f"windows must be >= 1, got {windows}")
+    if width <= 0.0:
+        return width
+    normal = NormalDist()
+    return normal.inv_cdf(1.0 - normal.cdf(-width) / windows)
+
+
 def harm_first(t: float, width: float) -> float:
     """``t`` below 0, ``dead_zone(t, width)`` above: harm counts at face value, benefit needs ``width`` SEs.
 
@@ -236,10 +253,17 @@ class EpisodeComparison:
         self.per_group = bool(per_group)
         # weight, sum of returns, sum of squared returns, failures
         self.stats = {"advised": [0.0, 0.0, 0.0, 0.0], "control": [0.0, 0.0, 0.0, 0.0]}
+        self.observed = 0
+        """Episodes observed over the run (not decayed): how many windows the statistic has been read in."""
+
+    def windows(self) -> float:
+        """Nearly independent windows of the decayed comparison so far: ``1 + observed * (1 - decay)``."""
+        return 1.0 + self.observed * (1.0 - self.decay)
 
     def observe(self, episode_return: float, control: bool, failed: bool = False) -> None:
         if not math.isfinite(episode_return):
             return
+        self.observed += 1
         own = "control" if control else "advised"
         for name, st in self.stats.items():
             if self.per_group and name != own:
@@ -274,11 +298,13 @@ class EpisodeComparison:
         return (ma - mc) / se
 
     def state_dict(self) -> dict:
-        return {k: list(v) for k, v in self.stats.items()}
+        return {**{k: list(v) for k, v in self.stats.items()}, "observed": self.observed}
 
     def load_state_dict(self, state: dict) -> None:
         # checkpoints written before failures were counted hold three sums: their failure count is 0
         self.stats = {k: ([float(x) for x in state[k]] + [0.0])[:4] for k in ("advised", "control")}
+        # and those written before episodes were counted start the count again (one window)
+        self.observed = int(state.get("observed", 0))
 
 
 class StepFailures:
@@ -341,7 +367,8 @@ class AdviceTrust:
 
     def __init__(self, decay: float, gain: float, episode_dead_zone: float = 1.0, act_evidence: str = "combined",
                  failures: bool = False, act_pooled: bool = False, model_failures: bool = False,
-                 step_failures: bool = False, value_weight: float = 1.0, episode_acted: bool = False):
+                 step_failures: bool = False, value_weight: float = 1.0, episode_acted: bool = False,
+                 familywise: bool = False):
         if not 0.0 <= decay < 1.0:
             raise ValueError(f"prior.trust_decay must be in [0, 1), got {decay}")
         if not gain > 0:
@@ -361,6 +388,7 @@ class AdviceTrust:
         if not 0.0 <= value_weight < math.inf:
             raise ValueError(f"prior.trust_value_weight must be finite and >= 0, got {value_weight}")
         self.value_weight = float(value_weight)
+        self.familywise = bool(familywise)
         self.steps = StepFailures()
         self._ema = {name: 0.0 for name in ADVICE_SOURCES}
         self._count = {name: 0 for name in ADVICE_SOURCES}
@@ -421,8 +449,23 @@ class AdviceTrust:
         its plan, PriorNet in its stead), so the comparison cannot attribute between them, and PriorNet
         answers only while its held-out KL to the LLM is small, i.e. while it says what the LLM would say.
         """
-        return (self.value_weight * self.mean_z(name) + dead_zone(self.episodes.t_statistic(), self.episode_dead_zone)
+        return (self.value_weight * self.mean_z(name) + self.episode_evidence(symmetric=True)
                 + self.failure_harm() + self.model_failure_harm(name) + self.step_failure_harm(name))
+
+    def benefit_width(self) -> float:
+        """Dead zone of a *positive* episode t: ``trust_dead_zone``, or with ``prior.trust_familywise`` its
+        :func:`familywise_width` over the windows read so far. Harm keeps the plain width: acting on harmful
+        advice costs more than waiting for good advice (:func:`harm_first`)."""
+        if not self.familywise:
+            return self.episode_dead_zone
+        return familywise_width(self.episode_dead_zone, self.episodes.windows())
+
+    def episode_evidence(self, symmetric: bool) -> float:
+        """The advised-vs-control episode t beyond its dead zone: benefit beyond :meth:`benefit_width`, harm beyond
+        ``trust_dead_zone`` (``symmetric``) or at face value (:func:`harm_first`)."""
+        t = self.episodes.t_statistic()
+        width = self.benefit_width() if t > 0 else self.episode_dead_zone
+        return dead_zone(t, width) if symmetric else harm_first(t, width)
 
     def failure_harm(self) -> float:
         """Harm evidence from failure rates (``prior.trust_failures``): :func:`harm_only` of the failure z.
@@ -464,7 +507,7 @@ class AdviceTrust:
         """:meth:`act_value` from ``name``'s own evidence (no pooling with the LLM's)."""
         if self.act_evidence == "combined":
             return self.value(name)
-        return trust_from_evidence(harm_first(self.episodes.t_statistic(), self.episode_dead_zone)
+        return trust_from_evidence(self.episode_evidence(symmetric=False)
                                    + self.failure_harm() + self.model_failure_harm(name) + self.step_failure_harm(name),
                                    self.gain)
 
