@@ -320,6 +320,11 @@ def test_the_not_below_target_reads_the_difference_ci_and_prints_the_stricter_re
      {"full", "full_adversarial"}, 5 + 3 + 2 * 3, "docs/benchmark/trust_episode_acted"),
     ("gate_trust_floor", "bench_gate_trust_floor", " --set prior.gate_trust_floor=true",
      {"full", "full_noisy", "full_adversarial"}, 5 * 5 + 3 * 3, "docs/benchmark/gate_trust_floor"),
+    ("absorb_over_all", "bench_absorb_over_all", " --set 'prior.absorb_over=\"all\"'",
+     {"full", "full_adversarial"}, 2 * 5, "docs/benchmark/absorb_over_all"),
+    ("trust_familywise", "bench_trust_familywise",
+     " --set 'prior.absorb_over=\"all\"' --set prior.trust_familywise=true",
+     {"full", "full_adversarial"}, 2 * 5, "docs/benchmark/trust_familywise"),
     # not experiments: the benchmark's own settings, run again on newer code or for more seeds
     ("rerun_current", "bench_rerun_current", "", {"rl_only", "kl", "full", "full_adversarial", "full_noisy"}, 5 * 5,
      "docs/benchmark/rerun_current"),
@@ -573,3 +578,35 @@ def test_grid_parallel_merges_configs_like_snakemake_and_archives_runs_without_c
     with tarfile.open(archive) as tar:
         names = sorted(Path(n).name for n in tar.getnames())
     assert names == ["done", "eval.csv"]
+
+
+def test_trust_null_benchmark_replays_real_return_sequences_and_refuses_bad_folders(tmp_path, capsys):
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import trust_null_benchmark as tnb
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    runs = tmp_path / "runs"
+    for seed in range(2):  # drifting returns, as a learning agent's are
+        folder = runs / "arm" / f"seed{seed}"
+        folder.mkdir(parents=True)
+        rows = [f"{10 * i},{i},0,{0.02 * i + (i * 7 % 5) * 0.3:.3f},10,0" for i in range(60)]
+        (folder / "episodes.csv").write_text("env_step,episode,env_index,return,length,success\n" + "\n".join(rows))
+    (runs / "short" / "seed0").mkdir(parents=True)  # too short to be a sequence: left out
+    (runs / "short" / "seed0" / "episodes.csv").write_text("env_step,episode,env_index,return,length,success\n0,0,0,1,1,0")
+    assert [len(q) for q in tnb.read_returns(sorted(runs.rglob("episodes.csv")))] == [60, 60]
+    out = tmp_path / "doc" / "trust_null.md"
+    assert tnb.main(["--runs", "4", "--draws", "3", "--shift", "3", "--returns-from", str(runs), "--out", str(out)]) == 0
+    text = out.read_text()
+    assert f"## Real return sequences: {runs} (2 runs, 3 labellings each)" in text
+    real = text.split("## Real return sequences")[1]
+    rows = [line for line in real.splitlines() if line.startswith("| advised + 3 sd")]
+    assert len(rows) == len(tnb.RULES) and all("| 1.00 |" in row for row in rows)  # 3 sd of help is always found
+    assert "| null (labels at random) | prior.trust_familywise" in real
+    # every rule reads the same episodes: the welch rule's statistic takes the comparison's four sums
+    assert len(tnb.replay("welch", [0.0, 1.0] * 20, 0.0, 0, 0.25, tnb.PriorConfig())) == 40
+    for bad, message in ((tmp_path / "missing", "not a directory"), (runs / "short", "no episodes.csv with at least 30")):
+        with pytest.raises(SystemExit) as exc:
+            tnb.main(["--runs", "2", "--returns-from", str(bad), "--out", str(tmp_path / "bad.md")])
+        assert exc.value.code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "bad.md").exists()

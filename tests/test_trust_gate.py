@@ -1074,3 +1074,96 @@ def test_trusted_advice_keeps_a_say_where_a_sure_policy_closes_the_gate():
     assert beta(0.9, True).tolist() == pytest.approx([0.8, 0.8])  # trust 0.9: absorption weight 0.8
     assert torch.equal(beta(0.5, True), beta(0.5, False))  # uninformed advice: the gate decides alone
     assert torch.equal(beta(0.2, True), beta(0.2, False))  # harmful advice gets no floor
+
+
+def test_familywise_width_keeps_the_one_window_false_positive_rate_over_many_windows():
+    from statistics import NormalDist
+
+    from lore.prior.trust import familywise_width
+
+    normal = NormalDist()
+    assert familywise_width(1.0, 1.0) == pytest.approx(1.0)
+    for width, windows in ((1.0, 3.0), (1.0, 7.0), (1.5, 2.5), (0.5, 40.0)):
+        wider = familywise_width(width, windows)
+        # Bonferroni: each window's one-sided rate is the single window's divided by the windows
+        assert normal.cdf(-wider) * windows == pytest.approx(normal.cdf(-width))
+    assert familywise_width(1.0, 3.0) == pytest.approx(1.6175, abs=1e-3)
+    widths = [familywise_width(1.0, m) for m in (1.0, 1.5, 3.0, 10.0, 100.0)]
+    assert widths == sorted(widths) and len(set(widths)) == len(widths)
+    assert familywise_width(0.0, 50.0) == 0.0  # no dead zone asked for: none given
+    with pytest.raises(ValueError, match="windows must be >= 1"):
+        familywise_width(1.0, 0.5)
+
+
+def test_episode_comparison_counts_the_windows_it_was_read_in_and_keeps_them_across_a_checkpoint():
+    from lore.prior.trust import EpisodeComparison
+
+    cmp = EpisodeComparison(decay=0.98)
+    assert cmp.windows() == 1.0
+    for i in range(150):
+        cmp.observe(float(i % 2), control=i % 4 == 0)
+    cmp.observe(math.nan, control=False)  # not an episode's return: not counted
+    assert cmp.observed == 150 and cmp.windows() == pytest.approx(4.0)
+    again = EpisodeComparison(decay=0.98)
+    again.load_state_dict(cmp.state_dict())
+    assert again.observed == 150 and again.stats == cmp.stats
+    # a checkpoint written before episodes were counted starts again at one window
+    again.load_state_dict({k: v for k, v in cmp.state_dict().items() if k != "observed"})
+    assert again.observed == 0 and again.stats == cmp.stats
+
+
+def _trusts_after(familywise: bool, advised: float, episodes: int) -> tuple[float, float, float]:
+    """(absorption trust, act trust with returns evidence, benefit width) after ``episodes`` episodes in which
+    advised episodes return ``advised`` +- 0.5 and control ones 0 +- 0.5 (every fourth is a control)."""
+    from lore.prior.trust import AdviceTrust
+
+    trusts = []
+    for evidence in ("combined", "returns"):
+        trust = AdviceTrust(0.99, 3.0, 1.0, evidence, familywise=familywise)
+        for i in range(episodes):
+            control = i % 4 == 0
+            trust.episodes.observe((0.0 if control else advised) + (0.5 if i % 8 < 4 else -0.5), control)
+        trusts.append(trust.act_value("llm") if evidence == "returns" else trust.value("llm"))
+    return trusts[0], trusts[1], trust.benefit_width()
+
+
+def test_familywise_dead_zone_raises_the_bar_for_benefit_late_in_a_run_and_leaves_harm_alone():
+    from lore.prior.trust import familywise_width
+
+    # late in a run (300 episodes, 7 windows at decay 0.98) a modest benefit is trusted less
+    plain, plain_act, plain_width = _trusts_after(False, 0.35, 300)
+    wide, wide_act, wide_width = _trusts_after(True, 0.35, 300)
+    assert plain_width == 1.0 and wide_width == pytest.approx(familywise_width(1.0, 7.0))
+    assert plain > 0.75 and 0.5 <= wide < plain - 0.1
+    assert 0.5 <= wide_act < plain_act
+    # a large benefit is still trusted
+    assert _trusts_after(True, 2.0, 300)[0] > 0.99
+    # harm is read with the plain width (absorption) and at face value (act time), family-wise or not
+    for a, b in zip(_trusts_after(False, -0.35, 300)[:2], _trusts_after(True, -0.35, 300)[:2], strict=True):
+        assert a == pytest.approx(b) and a < 0.25
+    # early on (one window) the two agree
+    assert _trusts_after(True, 0.6, 12)[0] == pytest.approx(_trusts_after(False, 0.6, 12)[0])
+    layer = PriorLayer(prior_cfg(trust=True, control_episodes=0.25, trust_familywise=True), A)
+    assert layer.trust.familywise and not PriorLayer(prior_cfg(trust=True), A).trust.familywise
+
+
+def test_familywise_dead_zone_absorbs_advice_that_changes_nothing_less_often_over_a_long_run():
+    """The long-run null of docs/benchmark/trust_null.md: 300 episodes at a 30% success rate in both groups. The fixed
+    width lets the absorption weight pass 0.5 at some point in about half the runs."""
+    import random
+
+    from lore.prior.trust import AdviceTrust
+
+    def ever_absorbed(familywise: bool, seed: int, p_advised: float = 0.3, p_control: float = 0.3) -> bool:
+        rng, trust = random.Random(seed), AdviceTrust(0.99, 3.0, 1.0, familywise=familywise)
+        for _ in range(300):
+            control = rng.random() < 0.25
+            trust.episodes.observe(0.9 if rng.random() < (p_control if control else p_advised) else 0.0, control)
+            if 2 * trust.value("llm") - 1 > 0.5:
+                return True
+        return False
+
+    fixed = sum(ever_absorbed(False, s) for s in range(100)) / 100
+    wide = sum(ever_absorbed(True, s) for s in range(100)) / 100
+    assert fixed > 0.3 and wide < fixed / 2
+    assert sum(ever_absorbed(True, s, 0.6, 0.05) for s in range(50)) / 50 >= 0.9  # help is still found
