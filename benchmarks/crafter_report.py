@@ -33,6 +33,7 @@ from crafter_benchmark import ADVISORS, FINAL_EVAL, FINAL_EVAL_PRIOR, RANDOM_DIR
 
 from lore.analysis import stats as st  # noqa: E402
 from lore.analysis.benchmark_report import signal_separation  # noqa: E402
+from lore.analysis.runs import find_run_dirs  # noqa: E402
 from lore.analysis.settings import AnalysisSettings  # noqa: E402
 
 RANDOM = "random"
@@ -49,8 +50,7 @@ def finished_runs(root: Path, out: Path) -> tuple[Path, list[Path]]:
     is not a run); unfinished ones are named on stderr and left out, so a cut-short benchmark reports
     what it reached, with its n."""
     done, unfinished = [], []
-    for eval_csv in sorted(root.rglob("eval.csv")):
-        run = eval_csv.parent
+    for run in find_run_dirs(root):
         if set(REFERENCES) & set(run.relative_to(root).parts):
             continue
         (done if (run / "done").exists() else unfinished).append(run)

@@ -589,3 +589,20 @@ def test_paired_difference_cancels_what_pairs_share_and_checks_shapes():
     for x, y in ((np.ones(3), np.ones(4)), (np.ones((2, 2)), np.ones((2, 2))), (np.ones(0), np.ones(0))):
         with pytest.raises(ValueError, match="paired_difference"):
             st.paired_difference(x, y)
+
+
+def test_find_run_dirs_follows_linked_folders_and_reads_each_run_once(tmp_path):
+    from lore.analysis.runs import find_run_dirs
+
+    root, elsewhere = tmp_path / "cmp", tmp_path / "baseline"
+    for folder in (root / "full" / "seed0", elsewhere / "rl_only" / "seed0", elsewhere / "rl_only" / "seed1"):
+        folder.mkdir(parents=True)
+        (folder / "eval.csv").write_text("env_step,success_rate\n")
+    (root / "no_eval").mkdir()
+    (root / "rl_only").symlink_to(elsewhere / "rl_only", target_is_directory=True)  # a linked baseline
+    (root / "rl_only_again").symlink_to(elsewhere / "rl_only", target_is_directory=True)  # the same runs, twice
+    (root / "full" / "seed0" / "up").symlink_to(root, target_is_directory=True)  # a loop
+    found = find_run_dirs(root)
+    assert [p.relative_to(root).as_posix() for p in found] == ["full/seed0", "rl_only/seed0", "rl_only/seed1"]
+    with pytest.raises(RunDataError, match="does not exist"):
+        find_run_dirs(tmp_path / "missing")

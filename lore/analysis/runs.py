@@ -9,6 +9,7 @@ grouped without parsing paths again.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -137,11 +138,26 @@ def load_run(path: str | Path) -> Run:
 
 
 def find_run_dirs(root: str | Path) -> list[Path]:
-    """Every directory under ``root`` holding an ``eval.csv`` (sorted, so results are stable)."""
+    """Every directory under ``root`` holding an ``eval.csv`` (sorted, so results are stable).
+
+    Symlinked folders are followed (a comparison folder that links another benchmark's baseline runs reports
+    them; ``Path.rglob`` silently skips them), and each real folder is read once: a run linked twice, or a link
+    back up the tree, is not counted again.
+    """
     root = Path(root)
     if not root.is_dir():
         raise RunDataError(f"{root}: runs root does not exist")
-    return sorted(p.parent for p in root.rglob("eval.csv"))
+    found, seen = [], set()
+    for folder, subfolders, files in os.walk(root, followlinks=True):
+        real = os.path.realpath(folder)
+        if real in seen:
+            subfolders.clear()
+            continue
+        seen.add(real)
+        subfolders.sort()  # the first of two links to one run is the one kept, whatever the file system's order
+        if "eval.csv" in files:
+            found.append(Path(folder))
+    return sorted(found)
 
 
 def load_runs(paths: list[str | Path]) -> list[Run]:
