@@ -97,11 +97,14 @@ def controller_text(cfg: dict) -> str:
     if llm["backend"] == "none":
         return ""
     ctl = llm["controller"]
-    # runs written before prior.absorb_over existed averaged the absorption over the advised states
-    absorb = (cfg.get("prior") or {}).get("absorb_over", "advised")
+    # runs written before prior.absorb_over / trust_familywise existed had the defaults: advised, off
+    prior = cfg.get("prior") or {}
+    absorb = prior.get("absorb_over", "advised")
+    width = "family-wise" if prior.get("trust_familywise", False) else "fixed"
     return (f"{cfg['ablation']}: budget {ctl['budget']} calls, cooldown {ctl['cooldown']} env steps after a "
             f"question ({ctl['cooldown_after_success']} after an answered one), plans of at most "
-            f"{llm['plan_max_len']} steps, KL absorption averaged over {absorb} states")
+            f"{llm['plan_max_len']} steps, KL absorption averaged over {absorb} states, {width} dead zone of "
+            f"the episode evidence")
 
 
 def setup_text(cfg: dict) -> str:
