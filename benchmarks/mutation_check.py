@@ -529,6 +529,15 @@ PRIOR: list[Mutant] = [
     M("trust.harm_first_symmetric", "return t if t < 0 else dead_zone(t, width)", "return dead_zone(t, width)",
       group="prior"),
     M("trust.harm_first_no_dead_zone", "return t if t < 0 else dead_zone(t, width)", "return t", group="prior"),
+    M("trust.familywise_not_divided", "return normal.inv_cdf(1.0 - normal.cdf(-width) / windows)",
+      "return normal.inv_cdf(1.0 - normal.cdf(-width))", group="prior"),
+    M("trust.familywise_on_harm", "width = self.benefit_width() if t > 0 else self.episode_dead_zone",
+      "width = self.benefit_width()", group="prior"),
+    M("trust.familywise_ignored", "return familywise_width(self.episode_dead_zone, self.episodes.windows())",
+      "return self.episode_dead_zone", group="prior"),
+    M("trust.windows_not_counted", "self.observed += 1", "self.observed += 0", group="prior"),
+    M("trust.windows_lost_on_load", 'self.observed = int(state.get("observed", 0))', "self.observed = 0",
+      group="prior"),
     M("trust.pooled_variance_drops_control",
       "within = max(qa - wa * ma * ma, 0.0) + max(qc - wc * mc * mc, 0.0)", "within = max(qa - wa * ma * ma, 0.0)",
       group="prior"),
@@ -536,13 +545,12 @@ PRIOR: list[Mutant] = [
       group="prior", occurrence=1),
     M("trust.no_minimum_episodes", "if min(wa, wc) < self.min_episodes - 1e-6:", "if min(wa, wc) < 1e-6:",
       group="prior", occurrence=2),
-    M("trust.episodes_all_advised", 'if name == ("control" if control else "advised"):', 'if name == "advised":',
-      group="prior"),
-    M("trust.ema_not_bias_corrected", "return self._ema[name] / (1.0 - self.decay ** count)",
-      "return self._ema[name]", group="prior"),
+    M("trust.episodes_all_advised", 'own = "control" if control else "advised"', 'own = "advised"', group="prior"),
+    M("trust.ema_not_bias_corrected", "return 0.0 if count == 0 else ema / (1.0 - decay ** count)",
+      "return 0.0 if count == 0 else ema", group="prior"),
     M("trust.episode_evidence_ignored",
-      "return self.mean_z(name) + dead_zone(self.episodes.t_statistic(), self.episode_dead_zone) + self.failure_harm()",
-      "return self.mean_z(name) + self.failure_harm()", group="prior"),
+      "return (self.value_weight * self.mean_z(name) + self.episode_evidence(symmetric=True)",
+      "return (self.value_weight * self.mean_z(name) + 0.0", group="prior"),
     M("trust.failure_z_sign", "return (failed_ctrl / n_ctrl - failed_adv / n_adv) / se",
       "return (failed_adv / n_adv - failed_ctrl / n_ctrl) / se", group="prior"),
     M("trust.failure_z_no_pseudo_counts", "pooled = (failed_adv + failed_ctrl + 1.0) / (n_adv + n_ctrl + 2.0)",
@@ -553,18 +561,18 @@ PRIOR: list[Mutant] = [
     M("trust.failures_not_counted", "st[3] += float(bool(failed))", "st[3] += 0.0", group="prior"),
     M("trust.truncation_is_failure", "return bool(terminated) and float(last_reward) <= 0.0",
       "return float(last_reward) <= 0.0", group="prior"),
-    M("trust.act_scale_unclamped", "return ((trust - floor) / (0.5 - floor)).clamp(0.0, 1.0)",
-      "return ((trust - floor) / (0.5 - floor)).clamp(min=0.0)", group="prior"),
-    M("trust.act_scale_ignores_floor", "return ((trust - floor) / (0.5 - floor)).clamp(0.0, 1.0)",
-      "return (trust / 0.5).clamp(0.0, 1.0)", group="prior"),
+    M("trust.act_scale_unclamped", "below = uninformed * ((trust - floor) / (0.5 - floor)).clamp(0.0, 1.0)",
+      "below = uninformed * ((trust - floor) / (0.5 - floor)).clamp(min=0.0)", group="prior"),
+    M("trust.act_scale_ignores_floor", "below = uninformed * ((trust - floor) / (0.5 - floor)).clamp(0.0, 1.0)",
+      "below = uninformed * (trust / 0.5).clamp(0.0, 1.0)", group="prior"),
     M("trust.act_value_always_combined", 'if self.act_evidence == "combined":', "if True:", group="prior"),
     M("trust.act_rows_read_absorption_trust", "trust_of = self.act_value if act else self.value",
       "trust_of = self.value", group="prior"),
     M("trust.rows_without_advice_scaled", "table = torch.tensor([1.0] + [trust_of(n) for n in ADVICE_SOURCES]",
       "table = torch.tensor([0.5] + [trust_of(n) for n in ADVICE_SOURCES]", group="prior"),
     M("layer.trust_scale_reads_absorption_trust",
-      "return act_scale(self._trust_per_row(source, batch, device, act=True), self.cfg.trust_act_floor)",
-      "return act_scale(self._trust_per_row(source, batch, device), self.cfg.trust_act_floor)", group="prior"),
+      "return act_scale(self._trust_per_row(source, batch, device, act=True), self.cfg.trust_act_floor,",
+      "return act_scale(self._trust_per_row(source, batch, device), self.cfg.trust_act_floor,", group="prior"),
     M("layer.absorb_uninformed_advice", "return (2.0 * self._trust_per_row(source, rows, device) - 1.0).clamp(0.0, 1.0)",
       "return (2.0 * self._trust_per_row(source, rows, device)).clamp(0.0, 1.0)", group="prior"),
 ]
@@ -628,8 +636,9 @@ def _first_failure(log: str) -> str:
 
 
 def _pytest_args(tests: list[str]) -> list[str]:
-    # pytest-timeout off: its wall-clock limit would turn a run starved by other jobs into a "kill"
-    return ["-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:timeout", "--no-header", "-W", "ignore",
+    # pytest-timeout off: its wall-clock limit would turn a run starved by other jobs into a "kill"; -n 0 overrides
+    # pyproject's xdist workers, which would import lore afresh instead of in the forked child that checks where from
+    return ["-x", "-q", "-n", "0", "-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:timeout", "--no-header", "-W", "ignore",
             *tests]
 
 

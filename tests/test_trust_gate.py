@@ -839,7 +839,7 @@ def test_failed_advised_episodes_lower_the_trust_only_when_failures_count():
     resumed = PriorLayer(prior_cfg(trust=True, control_episodes=0.25, trust_failures=True), A, num_envs=1)
     resumed.load_state_dict(layer.state_dict())
     assert resumed.trust.episodes.failure_z() == layer.trust.episodes.failure_z()
-    old = {k: v[:3] for k, v in layer.trust.episodes.state_dict().items()}
+    old = {k: v[:3] for k, v in layer.trust.episodes.state_dict().items() if k in ("advised", "control")}
     resumed.trust.episodes.load_state_dict(old)
     assert resumed.trust.episodes.failure_z() == 0.0
 
