@@ -97,14 +97,15 @@ def controller_text(cfg: dict) -> str:
     if llm["backend"] == "none":
         return ""
     ctl = llm["controller"]
-    # runs written before prior.absorb_over / trust_familywise existed had the defaults: advised, off
+    # runs written before prior.absorb_over / trust_familywise / absorb_trust existed had the defaults
     prior = cfg.get("prior") or {}
     absorb = prior.get("absorb_over", "advised")
+    trust_in = prior.get("absorb_trust", "loss")
     width = "family-wise" if prior.get("trust_familywise", False) else "fixed"
     return (f"{cfg['ablation']}: budget {ctl['budget']} calls, cooldown {ctl['cooldown']} env steps after a "
             f"question ({ctl['cooldown_after_success']} after an answered one), plans of at most "
-            f"{llm['plan_max_len']} steps, KL absorption averaged over {absorb} states, {width} dead zone of "
-            f"the episode evidence")
+            f"{llm['plan_max_len']} steps, KL absorption averaged over {absorb} states with the trust weighting its "
+            f"{trust_in}, {width} dead zone of the episode evidence")
 
 
 def setup_text(cfg: dict) -> str:

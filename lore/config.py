@@ -331,6 +331,14 @@ class PriorConfig:
     onto the adversary's action in 2 of 3 runs, but not advice the evidence wrongly trusts (trust 0.94 in the
     third). DoorKey full unchanged (AUC paired +0.020 [-0.002, +0.040], n = 5); the default stays ``advised`` until
     the adversarial evidence is fixed and the other arms are rerun."""
+    absorb_trust: Literal["loss", "tilt"] = "loss"
+    """lagrangian with prior.trust: where the trust weight w = clip(2 trust - 1, 0, 1) enters the absorption term.
+    ``loss``: it multiplies each state's term, w * relu(KL(pi_mix || pi_wm) - delta). The dual step then grows
+    lambda until KL <= delta on every state with w > 0, however small w is, so lambda * w ends up absorbing
+    barely trusted advice in full. Measured on Crafter: trust 0.50-0.55 (w <= 0.1) let lambda climb to 1.0,
+    and the actor collapsed onto the adversary's noop (entropy 2.77 -> 1.18 nats; rl_only stays at 2.7).
+    ``tilt``: it shrinks the target instead, pi_target = mix(pi_wm, prior, w * beta). The fixed point moves with
+    trust, a small w gives a KL below delta, and lambda decays while the advice is not trusted."""
     kl_eta: float = 0.05
     lambda_max: float = 10.0
     lambda_kl: float = 0.1

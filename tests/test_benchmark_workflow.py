@@ -325,6 +325,9 @@ def test_the_not_below_target_reads_the_difference_ci_and_prints_the_stricter_re
     ("trust_familywise", "bench_trust_familywise",
      " --set 'prior.absorb_over=\"all\"' --set prior.trust_familywise=true",
      {"full", "full_adversarial"}, 2 * 5, "docs/benchmark/trust_familywise"),
+    ("absorb_tilt", "bench_absorb_tilt",
+     " --set 'prior.absorb_over=\"all\"' --set prior.trust_familywise=true --set 'prior.absorb_trust=\"tilt\"'",
+     {"full", "full_adversarial"}, 2 * 5, "docs/benchmark/absorb_tilt"),
     # not experiments: the benchmark's own settings, run again on newer code or for more seeds
     ("rerun_current", "bench_rerun_current", "", {"rl_only", "kl", "full", "full_adversarial", "full_noisy"}, 5 * 5,
      "docs/benchmark/rerun_current"),

@@ -548,10 +548,10 @@ def test_coverage_reads_every_group_at_one_env_step_and_leaves_out_runs_short_of
 def test_report_states_the_controller_and_the_prior_settings_each_arm_ran_with():
     cfg = {"ablation": "full", "llm": {"backend": "scripted", "plan_max_len": 8,
                                        "controller": {"budget": 64, "cooldown": 100, "cooldown_after_success": 250}},
-           "prior": {"absorb_over": "all", "trust_familywise": True}}
+           "prior": {"absorb_over": "all", "trust_familywise": True, "absorb_trust": "tilt"}}
     text = report.controller_text(cfg)
     assert text.startswith("full: budget 64 calls, cooldown 100 env steps after a question (250 after an answered")
-    assert "averaged over all states" in text and "family-wise dead zone" in text
-    old = {**cfg, "prior": {}}  # a run written before either setting existed had the defaults
-    assert "averaged over advised states" in report.controller_text(old) and "fixed dead zone" in report.controller_text(old)
+    assert "averaged over all states" in text and "family-wise dead zone" in text and "weighting its tilt" in text
+    old = report.controller_text({**cfg, "prior": {}})  # a run written before these settings existed had the defaults
+    assert "averaged over advised states" in old and "fixed dead zone" in old and "weighting its loss" in old
     assert report.controller_text({**cfg, "llm": {**cfg["llm"], "backend": "none"}}) == ""

@@ -560,21 +560,31 @@ def test_no_control_episodes_when_switched_off_or_for_a_separate_eval_batch():
 # --------------------------------------------------------------------------- trust-weighted dual
 
 
-def test_dual_sees_the_trust_weighted_kl_and_untrusted_advice_is_not_absorbed():
-    gen = torch.Generator().manual_seed(5)
-    cfg = prior_cfg(gate="fixed", kl_mode="lagrangian", trust=True, kl_delta=0.1, trust_decay=0.9)
-    layer = PriorLayer(cfg, A)
+def absorption_case(**cfg: object) -> tuple[PriorLayer, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A lagrangian layer with trust at lambda 1 and four advised states of a uniform policy, each advised a
+    different action: ``(layer, logits_wm [4, A] (with grad), prior, mask, beta)``."""
+    layer = PriorLayer(prior_cfg(gate="fixed", kl_mode="lagrangian", trust=True, kl_delta=0.1, trust_decay=0.9,
+                                 **cfg), A)
     layer.lambda_kl = 1.0
     logits = torch.zeros(4, A, requires_grad=True)
-    prior, mask, beta = one_hot_advice(torch.tensor([0, 1, 2, 3])), torch.ones(4), torch.ones(4)
+    return layer, logits, one_hot_advice(torch.tensor([0, 1, 2, 3])), torch.ones(4), torch.ones(4)
+
+
+def earn_plan_trust(layer: PriorLayer) -> float:
+    """The plans earn trust, the LLM's answers lose it; returns the plans' absorption weight 2 trust - 1."""
+    gen = torch.Generator().manual_seed(5)
+    feed_advice(layer, gen, LLM, "worst", updates=40)
+    feed_advice(layer, gen, PLAN, "best", updates=40)
+    return 2 * layer.trust.value("plan") - 1
+
+
+def test_dual_sees_the_trust_weighted_kl_and_untrusted_advice_is_not_absorbed():
+    layer, logits, prior, mask, beta = absorption_case()
     kl = categorical_kl(logits.detach() + prior, logits.detach())  # pi_mix vs pi_wm per row
     # uninformed trust (0.5): weight 0, nothing is absorbed and the dual sees no constraint (NaN)
     loss, m = layer.actor_loss(logits, prior, mask, torch.ones(4), beta, torch.full((4,), LLM))
     assert math.isnan(m["kl_mix_wm"]) and loss.item() == 0.0
-    # the plans earn trust, the LLM's answers lose it: weight clip(2 trust - 1, 0, 1) per row
-    feed_advice(layer, gen, LLM, "worst", updates=40)
-    feed_advice(layer, gen, PLAN, "best", updates=40)
-    w = 2 * layer.trust.value("plan") - 1
+    w = earn_plan_trust(layer)  # weight clip(2 trust - 1, 0, 1) per row
     assert 0.2 < w < 1.0
     source = torch.tensor([LLM, LLM, PLAN, PLAN]).float()
     loss, m = layer.actor_loss(logits, prior, mask, torch.ones(4), beta, source)
@@ -587,6 +597,50 @@ def test_dual_sees_the_trust_weighted_kl_and_untrusted_advice_is_not_absorbed():
     logits.grad = None
     layer.actor_loss(logits, prior, mask, torch.ones(4), beta, torch.zeros(4))[0].backward()  # no source: w = 1
     assert float(grad_norm[2] / logits.grad.norm(dim=-1)[2]) == pytest.approx(w, rel=1e-4)
+
+
+def test_tilt_absorption_pulls_to_a_trust_shrunk_target():
+    # prior.absorb_trust: tilt. The target is pi_wm tilted by w * beta, and the whole KL (not w * KL) is held to delta.
+    layer, logits, prior, mask, beta = absorption_case(absorb_trust="tilt")
+    # uninformed trust: the target is pi_wm itself, nothing pulls and the dual sees KL 0 (lambda will decay)
+    loss, m = layer.actor_loss(logits, prior, mask, torch.ones(4), beta, torch.full((4,), LLM))
+    assert loss.item() == 0.0 and m["kl_mix_wm"] == 0.0
+    w = earn_plan_trust(layer)
+    assert 0.2 < w < 1.0
+    source = torch.tensor([LLM, LLM, PLAN, PLAN]).float()
+    loss, m = layer.actor_loss(logits, prior, mask, torch.ones(4), beta, source)
+    weights = torch.tensor([0.0, 0.0, w, w])
+    kl = categorical_kl(logits.detach() + weights[:, None] * prior, logits.detach())  # by hand, per row
+    assert m["kl_mix_wm"] == pytest.approx(float(kl.mean()), rel=1e-5)
+    assert loss.item() == pytest.approx(float(torch.relu(kl - 0.1).mean()), rel=1e-5)
+    loss.backward()
+    grad_norm = logits.grad.norm(dim=-1)
+    assert float(grad_norm[0]) == 0.0 and float(grad_norm[1]) == 0.0 and float(grad_norm[2]) > 0
+    # fully trusted advice (no source: w = 1): the same term as prior.absorb_trust: loss
+    untilted = absorption_case()[0]
+    full_tilt = [lay.actor_loss(logits, prior, mask, torch.ones(4), beta, None) for lay in (layer, untilted)]
+    assert full_tilt[0][0].item() == pytest.approx(full_tilt[1][0].item(), rel=1e-6)
+    assert full_tilt[0][1]["kl_mix_wm"] == pytest.approx(full_tilt[1][1]["kl_mix_wm"], rel=1e-6)
+
+
+@pytest.mark.parametrize("where, lambda_rises", [("loss", True), ("tilt", False)])
+def test_dual_does_not_make_up_for_a_small_trust_weight_under_tilt(monkeypatch, where, lambda_rises):
+    # Barely trusted advice (w = 0.05) on a policy that ignores it. Weighting the loss leaves the
+    # constraint E[w (KL - delta)] <= 0 violated until the actor has absorbed the advice in full, so lambda
+    # climbs; shrinking the target's tilt gives KL(target || pi_wm) below delta and lambda decays to 0.
+    cfg = prior_cfg(gate="fixed", kl_mode="lagrangian", trust=True, kl_delta=0.1, kl_eta=0.5, absorb_trust=where)
+    layer = PriorLayer(cfg, A)
+    monkeypatch.setattr(layer, "absorb_weight", lambda source, rows, device: torch.full((rows,), 0.05))
+    layer.lambda_kl = 0.5
+    logits, prior = torch.zeros(8, A), one_hot_advice(torch.arange(8) % A)
+    assert float(categorical_kl(logits + prior, logits).min()) > 1.0  # the full tilt is far from pi_wm
+    for _ in range(50):
+        _, m = layer.actor_loss(logits, prior, torch.ones(8), torch.ones(8), torch.ones(8), torch.full((8,), LLM))
+        layer.update_lambda(m["kl_mix_wm"])
+    if lambda_rises:
+        assert layer.lambda_kl > 0.5
+    else:
+        assert layer.lambda_kl == pytest.approx(0.0)
 
 
 def test_episode_comparison_moves_the_trust_of_what_the_llm_wrote():

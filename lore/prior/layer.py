@@ -403,15 +403,25 @@ class PriorLayer:
             # also shrink the KL by turning deterministic (a peaked pi_wm barely moves under a finite
             # tilt), which we measured as an entropy collapse to 0.15 nats within 2k env steps.
             # With sg(pi_mix) the gradient is lambda * (pi_wm - pi_mix): it moves pi_wm towards the tilt.
-            kl = categorical_kl(logits_mix.detach(), logits)
-            weight = self.absorb_weight(source, kl.shape[0], kl.device)
-            absorbed = (mask > 0) & (weight > 0)
-            loss = self.lambda_kl * absorption_mean(torch.relu(kl - self.cfg.kl_delta) * weight, mask,
-                                                    self.cfg.absorb_over)
-            # The constraint is on the trust-weighted KL, E[w (KL - delta)] <= 0: the dual variable does
-            # not grow on advice that is not being absorbed (w = 0 gives KL = delta, no dual step).
-            kl_mix_wm = (self.cfg.kl_delta + masked_mean(weight * (kl.detach() - self.cfg.kl_delta), mask)
-                         if bool(absorbed.any()) else torch.tensor(math.nan))
+            weight = self.absorb_weight(source, logits.shape[0], logits.device)
+            if self.cfg.absorb_trust == "tilt":
+                # The trust shrinks the tilt the actor is pulled to: the constraint KL <= delta is met by
+                # absorbing a w-sized share of the advice, so lambda never makes up for a small w.
+                target = mix_logits(logits, prior, (beta * weight).to(logits.dtype), self.temperature)
+                kl = categorical_kl(target.detach(), logits)
+                loss = self.lambda_kl * absorption_mean(torch.relu(kl - self.cfg.kl_delta), mask,
+                                                        self.cfg.absorb_over)
+                kl_mix_wm = (masked_mean(kl.detach(), mask) if bool((mask > 0).any())
+                             else torch.tensor(math.nan))
+            else:
+                kl = categorical_kl(logits_mix.detach(), logits)
+                absorbed = (mask > 0) & (weight > 0)
+                loss = self.lambda_kl * absorption_mean(torch.relu(kl - self.cfg.kl_delta) * weight, mask,
+                                                        self.cfg.absorb_over)
+                # The constraint is on the trust-weighted KL, E[w (KL - delta)] <= 0: the dual variable does
+                # not grow on advice that is not being absorbed (w = 0 gives KL = delta, no dual step).
+                kl_mix_wm = (self.cfg.kl_delta + masked_mean(weight * (kl.detach() - self.cfg.kl_delta), mask)
+                             if bool(absorbed.any()) else torch.tensor(math.nan))
         else:
             with torch.no_grad():
                 kl_mix_wm = masked_mean(categorical_kl(logits_mix, logits), mask)
