@@ -575,6 +575,14 @@ PRIOR: list[Mutant] = [
       "return act_scale(self._trust_per_row(source, batch, device), self.cfg.trust_act_floor,", group="prior"),
     M("layer.absorb_uninformed_advice", "return (2.0 * self._trust_per_row(source, rows, device) - 1.0).clamp(0.0, 1.0)",
       "return (2.0 * self._trust_per_row(source, rows, device)).clamp(0.0, 1.0)", group="prior"),
+    M("layer.tilt_ignores_trust", "target = mix_logits(logits, prior, (beta * weight).to(logits.dtype), self.temperature)",
+      "target = mix_logits(logits, prior, beta.to(logits.dtype), self.temperature)", group="prior"),
+    M("layer.tilt_weights_loss_too", "loss = self.lambda_kl * absorption_mean(torch.relu(kl - self.cfg.kl_delta), mask,",
+      "loss = self.lambda_kl * absorption_mean(torch.relu(kl - self.cfg.kl_delta) * weight, mask,", group="prior"),
+    M("layer.tilt_target_not_detached", "kl = categorical_kl(target.detach(), logits)",
+      "kl = categorical_kl(target, logits)", group="prior"),
+    M("layer.tilt_dual_sees_delta", "kl_mix_wm = (masked_mean(kl.detach(), mask) if bool((mask > 0).any())",
+      "kl_mix_wm = (self.cfg.kl_delta + masked_mean(kl.detach(), mask) if bool((mask > 0).any())", group="prior"),
 ]
 
 

@@ -35,6 +35,7 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
+from lore.analysis.runs import find_run_dirs
 from lore.config import PriorConfig
 from lore.prior.trust import AdviceTrust, EpisodeComparison, trust_from_evidence
 
@@ -181,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     for root in args.returns_from:  # every root is read (and checked) before anything is written
         if not root.is_dir():
             p.error(f"--returns-from {root}: not a directory")
-        sequences[root] = read_returns(sorted(root.rglob("episodes.csv")))
+        # linked run folders too (a benchmark folder links its baseline runs): each real run read once
+        sequences[root] = read_returns([run / "episodes.csv" for run in find_run_dirs(root, "episodes.csv")])
         if not sequences[root]:
             p.error(f"--returns-from {root}: no episodes.csv with at least 30 episodes under it")
     cfg = PriorConfig()

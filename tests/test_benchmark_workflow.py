@@ -595,13 +595,17 @@ def test_trust_null_benchmark_replays_real_return_sequences_and_refuses_bad_fold
         folder.mkdir(parents=True)
         rows = [f"{10 * i},{i},0,{0.02 * i + (i * 7 % 5) * 0.3:.3f},10,0" for i in range(60)]
         (folder / "episodes.csv").write_text("env_step,episode,env_index,return,length,success\n" + "\n".join(rows))
+    (runs / "linked").symlink_to(runs / "arm")  # the same two runs through a link: read once
+    (tmp_path / "baseline" / "seed0").mkdir(parents=True)  # a linked baseline run: read
+    (tmp_path / "baseline" / "seed0" / "episodes.csv").write_text((runs / "arm" / "seed0" / "episodes.csv").read_text())
+    (runs / "base").symlink_to(tmp_path / "baseline")
     (runs / "short" / "seed0").mkdir(parents=True)  # too short to be a sequence: left out
     (runs / "short" / "seed0" / "episodes.csv").write_text("env_step,episode,env_index,return,length,success\n0,0,0,1,1,0")
     assert [len(q) for q in tnb.read_returns(sorted(runs.rglob("episodes.csv")))] == [60, 60]
     out = tmp_path / "doc" / "trust_null.md"
     assert tnb.main(["--runs", "4", "--draws", "3", "--shift", "3", "--returns-from", str(runs), "--out", str(out)]) == 0
     text = out.read_text()
-    assert f"## Real return sequences: {runs} (2 runs, 3 labellings each)" in text
+    assert f"## Real return sequences: {runs} (3 runs, 3 labellings each)" in text
     real = text.split("## Real return sequences")[1]
     rows = [line for line in real.splitlines() if line.startswith("| advised + 3 sd")]
     assert len(rows) == len(tnb.RULES) and all("| 1.00 |" in row for row in rows)  # 3 sd of help is always found

@@ -616,6 +616,10 @@ def test_tilt_absorption_pulls_to_a_trust_shrunk_target():
     loss.backward()
     grad_norm = logits.grad.norm(dim=-1)
     assert float(grad_norm[0]) == 0.0 and float(grad_norm[1]) == 0.0 and float(grad_norm[2]) > 0
+    # the target is a stop-gradient: d/dlogits of lambda * KL(sg(target) || pi) / 4 rows = (pi - target) / 4
+    target = torch.softmax(logits.detach() + weights[:, None] * prior, -1)
+    expected = (torch.softmax(logits.detach(), -1) - target) / 4 * (kl > 0.1).float()[:, None]
+    assert torch.allclose(logits.grad, expected, atol=1e-6)
     # fully trusted advice (no source: w = 1): the same term as prior.absorb_trust: loss
     untilted = absorption_case()[0]
     full_tilt = [lay.actor_loss(logits, prior, mask, torch.ones(4), beta, None) for lay in (layer, untilted)]

@@ -137,8 +137,8 @@ def load_run(path: str | Path) -> Run:
     )
 
 
-def find_run_dirs(root: str | Path) -> list[Path]:
-    """Every directory under ``root`` holding an ``eval.csv`` (sorted, so results are stable).
+def find_run_dirs(root: str | Path, marker: str = "eval.csv") -> list[Path]:
+    """Every directory under ``root`` holding a file named ``marker`` (sorted, so results are stable).
 
     Symlinked folders are followed (a comparison folder that links another benchmark's baseline runs reports
     them; ``Path.rglob`` silently skips them), and each real folder is read once: a run linked twice, or a link
@@ -155,7 +155,7 @@ def find_run_dirs(root: str | Path) -> list[Path]:
             continue
         seen.add(real)
         subfolders.sort()  # the first of two links to one run is the one kept, whatever the file system's order
-        if "eval.csv" in files:
+        if marker in files:
             found.append(Path(folder))
     return sorted(found)
 
