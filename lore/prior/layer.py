@@ -381,7 +381,8 @@ class PriorLayer:
 
         ``lagrangian``: ``lambda * relu(KL(pi_mix || pi_wm) - delta)``, masked mean, where ``pi_mix``
         uses the stored ``beta`` and is a stop-gradient target (the gradient reaches ``logits_wm`` through
-        ``pi_wm`` only); ``prior_reg``:
+        ``pi_wm`` only); with ``prior.trust`` each row's term is weighted by its absorption weight ``w``
+        (``prior.absorb_trust: loss``) or ``pi_mix`` uses ``w * beta`` (``tilt``); ``prior_reg``:
         ``lambda_kl * mean(mask * confidence * KL(pi_wm || rho))`` with ``rho = softmax(prior / T)``;
         ``bonus`` / ``none`` / disabled: 0. ``kl_mix_wm`` (masked mean) is reported in every mode.
         """

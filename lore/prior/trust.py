@@ -161,7 +161,7 @@ def act_scale(trust: torch.Tensor, floor: float, uninformed: float = 1.0) -> tor
         raise ValueError(f"prior.trust_act_floor must be in [0, 0.5), got {floor}")
     if not 0.0 < uninformed <= 1.0:
         raise ValueError(f"prior.trust_act_uninformed must be in (0, 1], got {uninformed}")
-    below = uninformed * ((trust - floor) / (0.5 - floor)).clamp(0.0, 1.0)
+    below = uninformed * ((trust - floor) / (0.5 - floor)).clamp(min=0.0)  # at most 1: used for trust <= 0.5
     above = uninformed + (1.0 - uninformed) * ((trust - 0.5) / 0.5).clamp(0.0, 1.0)
     return torch.where(trust > 0.5, above, below)
 
