@@ -356,8 +356,12 @@ def targets(rows: pd.DataFrame, random_rows: pd.DataFrame, where: str) -> list[s
     if len(base_arm) and len(random_rows):
         own, base = ci(base_arm["crafter_score"]), ci(random_rows["crafter_score"])
         met = own[3] >= 2 and base[3] >= 2 and own[1] > base[2]
+        # both policies played the same layouts per seed, so the paired difference is the sharper reading
+        diff = paired(base_arm, random_rows, "crafter_score")
+        above = diff[3] >= 2 and diff[1] > 0
         lines.append(f"- rl_only above random with non-overlapping 95% CIs: {fmt(own)} (n = {own[3]}) vs "
-                     f"{fmt(base)} (n = {base[3]}): **{'met' if met else 'not met'}**.")
+                     f"{fmt(base)} (n = {base[3]}): **{'met' if met else 'not met'}**. Paired by seed on the same "
+                     f"layouts (n = {diff[3]}): {signed(diff)}, {'above' if above else 'not above'} 0 beyond the CI.")
     if not len(base_arm):
         return [*lines, ""] if len(lines) > 2 else []
     for suffix in ("", WITH_PRIOR):

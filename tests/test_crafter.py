@@ -380,6 +380,7 @@ def test_report_reads_the_final_evaluation_where_the_benchmark_wrote_it(tmp_path
     assert "| full | 2 | 11.50 [" in text and "## Targets (final evaluation, 50 episodes)" in text
     assert "full above rl_only (paired by seed, n = 2): score +1.00 [+1.00, +1.00]" in text
     assert "| random | 1 |" in text  # only seed 0's random final evaluation exists: n says so
+    assert "Paired by seed on the same layouts (n = 1): " in text and "not above 0 beyond the CI" in text
     for seed in (0, 1):  # full's final evaluation with the prior mixed in
         last = pd.read_csv(root / "full" / f"seed{seed}" / bench.FINAL_EVAL)
         last["crafter_score"] = 20.0 + seed
@@ -559,3 +560,16 @@ def test_report_states_the_controller_and_the_prior_settings_each_arm_ran_with()
     old = report.controller_text({**cfg, "prior": {}})  # a run written before these settings existed had the defaults
     assert "averaged over advised states" in old and "fixed dead zone" in old and "weighting its loss" in old
     assert report.controller_text({**cfg, "llm": {**cfg["llm"], "backend": "none"}}) == ""
+
+
+def test_rl_only_target_reads_the_paired_difference_beside_the_issues_criterion():
+    def frame(arm: str, scores: list[float]) -> pd.DataFrame:
+        return pd.DataFrame({"ablation": arm, "seed": range(len(scores)), "crafter_score": scores, "ach_wake_up": 1.0})
+
+    # same layouts per seed: rl_only a little above random on every seed, the two spreads across seeds overlap
+    lines = report.targets(frame("rl_only", [1.5, 2.5, 2.0]), frame("random", [1.4, 2.3, 1.9]), "test")
+    line = next(x for x in lines if x.startswith("- rl_only above random"))
+    assert "**not met**" in line and "(n = 3): +0.13 [+0.10, +0.20], above 0 beyond the CI" in line
+    lines = report.targets(frame("rl_only", [2.0, 2.2, 2.4]), frame("random", [2.1, 2.3, 1.0]), "test")
+    line = next(x for x in lines if x.startswith("- rl_only above random"))
+    assert "**not met**" in line and "not above 0 beyond the CI" in line
