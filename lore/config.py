@@ -341,7 +341,7 @@ class PriorConfig:
     trust, a small w gives a KL below delta, and lambda decays while the advice is not trusted. Measured on Crafter
     with absorb_over=all and trust_familywise (config/absorb_tilt.yaml, docs/benchmark/crafter_20k_tilt.md, n = 3):
     full_adversarial vs rl_only paired +0.00 [-0.74, +0.42] (loss: -0.42 [-1.31, +0.03]), lambda back at 0 in every
-    run, no policy left on noop. The default stays ``loss`` until full (good advice at trust 0.5-0.76 on Crafter,
+    run; one run still presses noop on 41% of steps after a chance trust excursion (crafter_actions_tilt.md). The default stays ``loss`` until full (good advice at trust 0.5-0.76 on Crafter,
     which tilt absorbs only in part) and the DoorKey overlay are measured."""
     kl_eta: float = 0.05
     lambda_max: float = 10.0
