@@ -35,6 +35,7 @@ from lore.analysis import stats as st  # noqa: E402
 from lore.analysis.benchmark_report import signal_separation  # noqa: E402
 from lore.analysis.runs import find_run_dirs  # noqa: E402
 from lore.analysis.settings import AnalysisSettings  # noqa: E402
+from lore.utils.io import atomic_write_text  # noqa: E402
 
 RANDOM = "random"
 DOORKEY = "MiniGrid-DoorKey-5x5-v0"
@@ -138,6 +139,22 @@ def read_final(runs: list[Path]) -> pd.DataFrame:
                 frame["ablation"], frame["seed"] = cfg["ablation"] + suffix, int(cfg["seed"])
                 frames.append(frame)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+FINAL_TABLE = "final_eval.csv"
+"""Per-run final evaluations in a report's ``tables/`` (arms, ``+ prior``, reference policies), so that a later
+experiment can be paired by seed with these runs after the raw runs are gone (``experiment_compare.py``)."""
+
+
+def final_table(final: pd.DataFrame, references: list[pd.DataFrame]) -> pd.DataFrame:
+    """One row per (policy, seed) of the final evaluation: the columns of ``eval_final.csv`` plus ``distinct``."""
+    frames = [f for f in (final, *references) if len(f)]
+    if not frames:
+        return pd.DataFrame()
+    table = pd.concat(frames, ignore_index=True)
+    table = table.assign(distinct=distinct_achievements(table))
+    front = ["ablation", "seed", "env_step", "episodes", "crafter_score", "return_mean", "distinct"]
+    return table[front + [c for c in table.columns if c not in front]].sort_values(["ablation", "seed"])
 
 
 def read_reference(root: Path, name: str = "eval.csv", policy: str = RANDOM_DIR) -> pd.DataFrame:
@@ -499,10 +516,14 @@ def main(argv: list[str] | None = None) -> int:
     plot(frame, random, budgets[-1], figure)
     rel = lambda path: path.relative_to(args.out).as_posix()  # noqa: E731
     doorkey = pd.read_csv(args.doorkey_runs) if args.doorkey_runs.is_file() else None
+    final, random_final = read_final(runs), read_reference(args.runs_root, FINAL_EVAL)
+    advisors = [read_reference(args.runs_root, FINAL_EVAL, policy) for policy in ADVISORS]
     lines = report(frame, random, runs_table, budgets, rel(figure), rel(figures / "crafter_achievements.png"), doorkey,
-                   read_final(runs), read_reference(args.runs_root, FINAL_EVAL),
-                   [read_reference(args.runs_root, FINAL_EVAL, policy) for policy in ADVISORS])
-    (args.out / f"{args.name}.md").write_text("\n".join(lines))
+                   final, random_final, advisors)
+    table = final_table(final, [random_final, *advisors])
+    if len(table):
+        atomic_write_text(tables / FINAL_TABLE, table.to_csv(index=False))
+    atomic_write_text(args.out / f"{args.name}.md", "\n".join(lines))
     print("\n".join(lines))
     return 0
 

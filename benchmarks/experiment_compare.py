@@ -32,10 +32,33 @@ from lore.analysis.aggregate import TRUST_LOW
 from lore.analysis.benchmark_report import interval_word
 from lore.analysis.latex import FEW_SEEDS
 
+FINAL_COLUMNS = {"final_eval_score": "Crafter score, final eval", "final_eval_distinct": "distinct achievements, final eval",
+                 "final_eval_prior_score": "Crafter score, final eval + prior"}
+"""Columns joined from a report's ``tables/final_eval.csv`` (``crafter_report.py``) where it has one -> label."""
 METRICS = {"auc": "AUC", "sr@2500": "SR @2.5k", "sr@5000": "SR @5k", "final_sr": "final SR",
+           "crafter_score": "Crafter score, last periodic eval",
            "beta_disagree_avg": "β advised, disagree", "beta_agree_avg": "β advised, agree",
-           "trust_low_frac": f"share of log points with act-time trust < {TRUST_LOW:g}", "llm_calls": "API calls"}
+           "trust_low_frac": f"share of log points with act-time trust < {TRUST_LOW:g}", "llm_calls": "API calls",
+           **FINAL_COLUMNS}
 """Columns of runs.csv compared (those absent from either table are skipped) -> their label."""
+WITH_PRIOR = " + prior"
+"""The final evaluation's name for an arm's checkpoint with the prior mixed in (``crafter_report.WITH_PRIOR``)."""
+
+
+def read_runs(folder: Path) -> pd.DataFrame:
+    """A report's ``tables/runs.csv``, with each run's final evaluation joined by (arm, seed) where the report
+    wrote ``tables/final_eval.csv``: the only per-run record of it once the raw runs are gone."""
+    runs = pd.read_csv(folder / "tables" / "runs.csv")
+    path = folder / "tables" / "final_eval.csv"
+    if not path.is_file():
+        return runs
+    final = pd.read_csv(path)
+    alone = final.rename(columns={"crafter_score": "final_eval_score", "distinct": "final_eval_distinct"})
+    prior = final[final["ablation"].str.endswith(WITH_PRIOR)].rename(columns={"crafter_score": "final_eval_prior_score"})
+    prior = prior.assign(ablation=prior["ablation"].str.removesuffix(WITH_PRIOR))
+    for part, columns in ((alone, ["final_eval_score", "final_eval_distinct"]), (prior, ["final_eval_prior_score"])):
+        runs = runs.merge(part[["ablation", "seed", *columns]], on=["ablation", "seed"], how="left")
+    return runs
 
 
 def arm_pairs(baseline: pd.DataFrame, experiment: pd.DataFrame, against: str | None = None):
@@ -72,7 +95,7 @@ def comparison_rows(baseline: pd.DataFrame, experiment: pd.DataFrame, seed: int 
     return rows
 
 
-PAIRED_METRICS = {"auc": "AUC", "final_sr": "final SR"}
+PAIRED_METRICS = {"auc": "AUC", "final_sr": "final SR", "crafter_score": METRICS["crafter_score"], **FINAL_COLUMNS}
 
 
 def paired_rows(baseline: pd.DataFrame, experiment: pd.DataFrame, seed: int = 0,
@@ -162,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     for path in tables:
         if not path.is_file():
             p.error(f"{path} not found: run the workflow's report for that config first")
-    baseline, experiment = (pd.read_csv(path) for path in tables)
+    baseline, experiment = (read_runs(folder) for folder in (args.baseline, args.experiment))
     if args.against is not None and args.against not in set(baseline["ablation"]):
         p.error(f"--against: no arm {args.against!r} in {tables[0]} (arms: {', '.join(sorted(set(baseline['ablation'])))})")
     rows = comparison_rows(baseline, experiment, against=args.against)

@@ -466,6 +466,40 @@ def test_experiment_comparison_reads_each_difference_from_its_interval(tmp_path,
     assert "## When the advice was caught" not in (hard / "comparison_vs_rl_only.md").read_text()  # no trust
 
 
+def test_experiment_comparison_pairs_the_final_evaluation_a_crafter_report_kept(tmp_path):
+    """The raw runs of a Crafter baseline may be gone (another machine, a cleaned results/): its report's
+    tables still pair a new arm with it by seed, on the final evaluation as well as the periodic one."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import experiment_compare as cmp
+
+    def report(folder: Path, arm: str, periodic: list[float], final: list[float], prior: list[float] | None) -> Path:
+        (folder / "tables").mkdir(parents=True)
+        pd.DataFrame([{"env": "crafter", "ablation": arm, "seed": s, "crafter_score": v}
+                      for s, v in enumerate(periodic)]).to_csv(folder / "tables" / "runs.csv", index=False)
+        rows = [{"ablation": arm, "seed": s, "crafter_score": v, "distinct": 5 + s} for s, v in enumerate(final)]
+        rows += [{"ablation": f"{arm} + prior", "seed": s, "crafter_score": v, "distinct": 9}
+                 for s, v in enumerate(prior or [])]
+        rows += [{"ablation": "random", "seed": s, "crafter_score": 1.0, "distinct": 4} for s in range(len(final))]
+        pd.DataFrame(rows).to_csv(folder / "tables" / "final_eval.csv", index=False)
+        return folder
+
+    base = report(tmp_path / "base", "rl_only", [1.0, 2.0, 3.0], [1.5, 2.5, 3.5], None)
+    exp = report(tmp_path / "exp", "full", [1.2, 2.2, 2.7], [2.0, 3.0, 4.0], [5.0, 6.0, 7.0])
+    assert cmp.main(["--experiment", str(exp), "--baseline", str(base), "--against", "rl_only"]) == 0
+    paired = (exp / "comparison_vs_rl_only.md").read_text().split("## Paired by seed")[1]
+    row = lambda label: next(r for r in paired.splitlines() if f"| {label} |" in r)  # noqa: E731
+    assert "| 3† | +0.500 [+0.500, +0.500] | higher |" in row("Crafter score, final eval")
+    assert "| 3† | +0.033 [" in row("Crafter score, last periodic eval")
+    assert "| 3† | +0.000 [+0.000, +0.000] |" in row("distinct achievements, final eval")
+    # with the prior mixed in: no baseline arm had one, so there is nothing to pair it with
+    assert "final eval + prior" not in paired
+    # a report without final_eval.csv (written before it existed) still compares on runs.csv alone
+    (base / "tables" / "final_eval.csv").unlink()
+    assert cmp.main(["--experiment", str(exp), "--baseline", str(base), "--against", "rl_only"]) == 0
+    paired = (exp / "comparison_vs_rl_only.md").read_text().split("## Paired by seed")[1]
+    assert "final eval" not in paired and "| Crafter score, last periodic eval |" in paired
+
+
 def _runs_csv(folder: Path, rows: list[dict]) -> Path:
     (folder / "tables").mkdir(parents=True)
     pd.DataFrame(rows).to_csv(folder / "tables" / "runs.csv", index=False)

@@ -394,6 +394,13 @@ def test_report_reads_the_final_evaluation_where_the_benchmark_wrote_it(tmp_path
     assert report.main(["--runs-root", str(root), "--out", str(out), "--no-cli"]) == 0
     text = (out / "crafter.md").read_text()
     assert "| advisor good (alone) | 1 |" in text and "| advisor adversarial (alone) | 1 |" in text
+    # every final evaluation is kept per run in the report's tables (the raw runs may not outlive the report)
+    kept = pd.read_csv(out / "crafter" / "tables" / report.FINAL_TABLE)
+    assert sorted(kept["ablation"].unique()) == ["advisor adversarial (alone)", "advisor good (alone)", "full",
+                                                 "full + prior", "random", "rl_only"]
+    full0 = kept[(kept["ablation"] == "full + prior") & (kept["seed"] == 0)].iloc[0]
+    assert full0["crafter_score"] == 20.0 and full0["episodes"] == 50
+    assert full0["distinct"] == (full0.filter(like="ach_") > 0).sum()
     with pytest.raises(ValueError, match="reference policy"):
         bench.reference_final(root, CPU_CONFIG, 0, sets, 2, "advisor_lucky")
 

@@ -397,7 +397,6 @@ class PriorLayer:
         prior = self._checked_prior(prior_logits.reshape(-1, self.num_actions), mask, logits)
         if not self.cfg.enabled:
             beta = torch.zeros_like(beta)
-        logits_mix = mix_logits(logits, prior, beta.to(logits.dtype), self.temperature)
         mode = self.cfg.kl_mode if self.cfg.enabled else "none"
         if mode == "lagrangian":
             # pi_mix is the target (stop-gradient): with a gradient through both sides the actor can
@@ -405,17 +404,18 @@ class PriorLayer:
             # tilt), which we measured as an entropy collapse to 0.15 nats within 2k env steps.
             # With sg(pi_mix) the gradient is lambda * (pi_wm - pi_mix): it moves pi_wm towards the tilt.
             weight = self.absorb_weight(source, logits.shape[0], logits.device)
-            if self.cfg.absorb_trust == "tilt":
-                # The trust shrinks the tilt the actor is pulled to: the constraint KL <= delta is met by
-                # absorbing a w-sized share of the advice, so lambda never makes up for a small w.
-                target = mix_logits(logits, prior, (beta * weight).to(logits.dtype), self.temperature)
-                kl = categorical_kl(target.detach(), logits)
+            tilt_by_trust = self.cfg.absorb_trust == "tilt"
+            # tilt: the trust shrinks the tilt the actor is pulled to, so the constraint KL <= delta is met by
+            # absorbing a w-sized share of the advice and lambda never makes up for a small w.
+            tilt = beta * weight if tilt_by_trust else beta
+            target = mix_logits(logits, prior, tilt.to(logits.dtype), self.temperature).detach()
+            kl = categorical_kl(target, logits)
+            if tilt_by_trust:
                 loss = self.lambda_kl * absorption_mean(torch.relu(kl - self.cfg.kl_delta), mask,
                                                         self.cfg.absorb_over)
                 kl_mix_wm = (masked_mean(kl.detach(), mask) if bool((mask > 0).any())
                              else torch.tensor(math.nan))
             else:
-                kl = categorical_kl(logits_mix.detach(), logits)
                 absorbed = (mask > 0) & (weight > 0)
                 loss = self.lambda_kl * absorption_mean(torch.relu(kl - self.cfg.kl_delta) * weight, mask,
                                                         self.cfg.absorb_over)
@@ -425,6 +425,7 @@ class PriorLayer:
                              if bool(absorbed.any()) else torch.tensor(math.nan))
         else:
             with torch.no_grad():
+                logits_mix = mix_logits(logits, prior, beta.to(logits.dtype), self.temperature)
                 kl_mix_wm = masked_mean(categorical_kl(logits_mix, logits), mask)
             if mode == "prior_reg":
                 weight = (mask > 0).to(logits.dtype) * confidence.to(logits.dtype)
