@@ -26,7 +26,7 @@ import pandas as pd
 import yaml
 
 sys.path.insert(0, str(Path(__file__).parent))
-from crafter_report import FINAL_EVAL, FINAL_EVAL_PRIOR, ci, fmt, label_folders  # noqa: E402
+from crafter_report import FINAL_EVAL, FINAL_EVAL_PRIOR, call_settings, ci, fmt, label_folders  # noqa: E402
 
 from lore.utils.io import atomic_write_text  # noqa: E402
 
@@ -39,7 +39,7 @@ def read_run(run: Path, at: int) -> dict | None:
     metrics = metrics[metrics["env_step"] <= at]
     last = metrics.iloc[-1]
     cfg = yaml.safe_load((run / "config.yaml").read_text())
-    row = {"controller": controller_setting(cfg)}
+    row = {"controller": call_settings(cfg) or "no LLM"}
     if "llm_calls" in metrics:
         row |= {"calls": float(last["llm_calls"]), "plan_steps": float(last["llm_plan_steps"]),
                 "advised_pct": 100.0 * float(metrics["prior_mask_frac"].mean())}
@@ -51,13 +51,6 @@ def read_run(run: Path, at: int) -> dict | None:
         if len(final) and int(final["env_step"].iloc[-1]) <= at:
             row[key] = float(final["crafter_score"].iloc[-1])
     return row
-
-
-def controller_setting(cfg: dict) -> str:
-    if cfg["llm"]["backend"] == "none":
-        return "no LLM"
-    ctl = cfg["llm"]["controller"]
-    return f"budget {ctl['budget']}, cooldown {ctl['cooldown']}/{ctl['cooldown_after_success']}"
 
 
 def table(groups: dict[str, list[dict]]) -> list[str]:

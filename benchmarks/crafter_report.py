@@ -93,21 +93,28 @@ def last_logged(metrics_csv: Path, column: str, points: int = 3) -> float:
     return float(values.iloc[-points:].mean()) if len(values) else math.nan
 
 
-def controller_text(cfg: dict) -> str:
-    """When the run's LLM controller may ask (empty for an arm without an LLM): a Crafter state rarely
-    repeats, so these settings, not the answer cache, decide how many steps can have advice."""
+def call_settings(cfg: dict) -> str:
+    """When the run's LLM controller may ask (empty for a run without an LLM): a Crafter state rarely repeats,
+    so these settings, not the answer cache, decide how many steps can have advice."""
     llm = cfg["llm"]
     if llm["backend"] == "none":
         return ""
     ctl = llm["controller"]
+    return (f"budget {ctl['budget']} calls, cooldown {ctl['cooldown']} env steps after a question "
+            f"({ctl['cooldown_after_success']} after an answered one), plans of at most {llm['plan_max_len']} steps")
+
+
+def controller_text(cfg: dict) -> str:
+    """The arm, its call settings and how its advice is absorbed (empty for an arm without an LLM)."""
+    calls = call_settings(cfg)
+    if not calls:
+        return ""
     # runs written before prior.absorb_over / trust_familywise / absorb_trust existed had the defaults
     prior = cfg.get("prior") or {}
     absorb = prior.get("absorb_over", "advised")
     trust_in = prior.get("absorb_trust", "loss")
     width = "family-wise" if prior.get("trust_familywise", False) else "fixed"
-    return (f"{cfg['ablation']}: budget {ctl['budget']} calls, cooldown {ctl['cooldown']} env steps after a "
-            f"question ({ctl['cooldown_after_success']} after an answered one), plans of at most "
-            f"{llm['plan_max_len']} steps, KL absorption averaged over {absorb} states with the trust weighting its "
+    return (f"{cfg['ablation']}: {calls}, KL absorption averaged over {absorb} states with the trust weighting its "
             f"{trust_in}, {width} dead zone of the episode evidence")
 
 

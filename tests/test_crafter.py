@@ -514,8 +514,9 @@ def test_a_workflow_that_sets_crafter_keys_for_minigrid_names_the_field():
 
 def _coverage_run(run: Path, ablation: str, cooldown: int, steps: list[int], mask: list[float], scores: list[float]):
     backend = "none" if ablation == "rl_only" else "scripted"
-    cfg = {"ablation": ablation, "llm": {"backend": backend, "controller": {"budget": 500, "cooldown": cooldown,
-                                                                            "cooldown_after_success": cooldown}}}
+    cfg = {"ablation": ablation, "llm": {"backend": backend, "plan_max_len": 32,
+                                         "controller": {"budget": 500, "cooldown": cooldown,
+                                                        "cooldown_after_success": cooldown}}}
     run.mkdir(parents=True)
     (run / "config.yaml").write_text(yaml.safe_dump(cfg))
     metrics = {"env_step": steps}
@@ -548,7 +549,8 @@ def test_coverage_reads_every_group_at_one_env_step_and_leaves_out_runs_short_of
             if line.startswith("| ") and not line.startswith("| group")}
     # calls at the last row <= 3000 (3000 // 100), advised share = mean of the rows up to 3000 (not the 4000 one)
     assert rows["slow"][1] == "2" and rows["slow"][3].startswith("30 ") and rows["slow"][5] == "2.67 [1.67, 3.67]"
-    assert rows["paced"][3] == "75" and rows["paced"][5] == "10.00" and rows["paced"][2] == "budget 500, cooldown 40/40"
+    assert rows["paced"][3] == "75" and rows["paced"][5] == "10.00" and rows["paced"][2].startswith(
+        "budget 500 calls, cooldown 40 env steps after a question (40 after an answered one), plans of at most 32 steps")
     assert rows["none"][2] == "no LLM" and rows["none"][3] == "—"
     assert rows["slow"][6].startswith("2.00 [")  # the eval at 2000 (the one at 4000 is past --at)
     assert "| score (final) |" in out.read_text() and rows["slow"][7] == "6.00 [5.00, 7.00]"
