@@ -280,7 +280,8 @@ class PriorConfig:
     slower absorption of a modest benefit (0.5 sd of the returns: median 35 -> 58 episodes on Crafter, 67 -> 180
     on DoorKey). Measured as an overlay with absorb_over=all (config/trust_familywise.yaml): on Crafter the adversary's
     trust stayed <= 0.55 (0.83-0.94 without) and full_adversarial vs rl_only went from -0.72 to -0.42 [-1.31, +0.03]
-    (n = 3); DoorKey full and full_adversarial unchanged (n = 5). Off until full is measured on Crafter."""
+    (n = 3); DoorKey full and full_adversarial unchanged (n = 5). Off until the three settings of
+    config/absorb_tilt.yaml are adopted together (see absorb_trust)."""
     trust_decay: float = 0.99
     """EMA decay of the trust evidence, per update."""
     trust_min_gap: float = 1e-3
@@ -341,8 +342,12 @@ class PriorConfig:
     trust, a small w gives a KL below delta, and lambda decays while the advice is not trusted. Measured on Crafter
     with absorb_over=all and trust_familywise (config/absorb_tilt.yaml, docs/benchmark/crafter_20k_tilt.md, n = 3):
     full_adversarial vs rl_only paired +0.00 [-0.74, +0.42] (loss: -0.42 [-1.31, +0.03]), lambda back at 0 in every
-    run; one run still presses noop on 41% of steps after a chance trust excursion (crafter_actions_tilt.md). The default stays ``loss`` until full (good advice at trust 0.5-0.76 on Crafter,
-    which tilt absorbs only in part) and the DoorKey overlay are measured."""
+    run; one run still presses noop on 41% of steps after a chance trust excursion (crafter_actions_tilt.md). With
+    the same three settings, Crafter full (n = 5, docs/benchmark/crafter_20k_full_tilt.md) scores as at the defaults
+    (its trust stays near 0.5 there, so little of the good advice is absorbed either way), and on DoorKey full and
+    full_adversarial match the current defaults (n = 5, docs/benchmark/absorb_tilt/comparison_vs_current.md). The
+    default stays ``loss`` until config/absorb_tilt_rest.yaml has run: absorb_over applies to the kl arms too, and
+    LavaGapS5 is unmeasured under these settings."""
     kl_eta: float = 0.05
     lambda_max: float = 10.0
     lambda_kl: float = 0.1
