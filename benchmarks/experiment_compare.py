@@ -27,10 +27,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from lore.analysis import stats as st
-from lore.analysis.aggregate import TRUST_LOW
-from lore.analysis.benchmark_report import interval_word
-from lore.analysis.latex import FEW_SEEDS
+sys.path.insert(0, str(Path(__file__).parent))
+from crafter_report import FINAL_TABLE, WITH_PRIOR  # noqa: E402
+
+from lore.analysis import stats as st  # noqa: E402
+from lore.analysis.aggregate import TRUST_LOW  # noqa: E402
+from lore.analysis.benchmark_report import interval_word  # noqa: E402
+from lore.analysis.latex import FEW_SEEDS  # noqa: E402
 
 FINAL_COLUMNS = {"final_eval_score": "Crafter score, final eval", "final_eval_distinct": "distinct achievements, final eval",
                  "final_eval_prior_score": "Crafter score, final eval + prior"}
@@ -41,15 +44,13 @@ METRICS = {"auc": "AUC", "sr@2500": "SR @2.5k", "sr@5000": "SR @5k", "final_sr":
            "trust_low_frac": f"share of log points with act-time trust < {TRUST_LOW:g}", "llm_calls": "API calls",
            **FINAL_COLUMNS}
 """Columns of runs.csv compared (those absent from either table are skipped) -> their label."""
-WITH_PRIOR = " + prior"
-"""The final evaluation's name for an arm's checkpoint with the prior mixed in (``crafter_report.WITH_PRIOR``)."""
 
 
 def read_runs(folder: Path) -> pd.DataFrame:
     """A report's ``tables/runs.csv``, with each run's final evaluation joined by (arm, seed) where the report
     wrote ``tables/final_eval.csv``: the only per-run record of it once the raw runs are gone."""
     runs = pd.read_csv(folder / "tables" / "runs.csv")
-    path = folder / "tables" / "final_eval.csv"
+    path = folder / "tables" / FINAL_TABLE
     if not path.is_file():
         return runs
     final = pd.read_csv(path)
