@@ -184,6 +184,14 @@ class LLMConfig:
     """Logit given to the plan's next action while the agent follows a plan."""
     max_inflight: int = 1
     """Background calls that may run at once."""
+    ask_before_act: bool = False
+    """Ask about the state being acted in, after the policy has seen it and before it acts (the gate reads this
+    step's uncertainty), so that an answer that comes back in time (in-line backends, ``max_wait_ms``) steers
+    this very step and its plan starts here. ``false``: the controller is asked after the act, about a state the
+    agent has just left, and the answer applies only if the state key recurs within ``controller.cache_ttl``
+    steps or the plan's first action is taken anyway. On DoorKey, where keys recur, that loses little; on
+    Crafter, where the key of the local map almost never recurs, each answer steered ~2.6 env steps (66 calls,
+    0.87% of 20k steps advised; docs/benchmark/crafter_coverage.md)."""
     controller: ControllerConfig = field(default_factory=ControllerConfig)
 
 

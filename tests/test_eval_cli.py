@@ -117,6 +117,22 @@ def _fake_run(tmp_path: Path, run: Path, **changes) -> Path:
     return fake
 
 
+def test_with_prior_asks_about_the_state_being_acted_in_when_the_run_did(run, tmp_path, capsys):
+    """A run trained with ``llm.ask_before_act`` is evaluated the same way: each in-line answer steers the
+    step it was asked at, so at least as many steps are advised as calls were made, and the eval replays."""
+    fake = _fake_run(tmp_path, run, llm__ask_before_act=True)
+    rows = []
+    for name in ("a", "b"):
+        rc, _, err = lore_eval(capsys, "--run-dir", fake, "--episodes", 3, "--seed", 1, "--with-prior",
+                               "--out", tmp_path / f"{name}.csv")
+        assert rc == 0, err
+        rows.append(pd.read_csv(tmp_path / f"{name}.csv").iloc[0])
+    assert rows[0].equals(rows[1])
+    row = rows[0]
+    steps = row["length_mean"] * row["episodes"]
+    assert row["llm_calls"] >= 1 and row["prior_applied_frac"] * steps >= row["llm_calls"] - 1e-6
+
+
 @pytest.mark.parametrize("case, needle", [
     ("missing_run", "does not exist"),
     ("no_checkpoint", "checkpoint.pt not found"),

@@ -257,3 +257,27 @@ def test_features_arm_stops_asking_once_its_feature_program_runs(tmp_path):
     train(tiny_cfg("llm.controller.cooldown=5", "llm.controller.cooldown_after_success=5", ablation="full"),
           full, show_progress=False)
     assert len((full / "llm_calls.jsonl").read_text().splitlines()) > 3
+
+
+@pytest.mark.parametrize("before", [False, True])
+def test_an_answer_steers_the_step_it_was_asked_at_only_when_asked_before_acting(tmp_path, before):
+    """``llm.ask_before_act``: the controller is asked about the state being acted in and an in-line answer
+    (the scripted advisor) is mixed into that very act; asked after the act, the answer is about a state the
+    agent has left, so the step that asked never has advice (a served env is not asked)."""
+    cfg = tiny_cfg("llm.controller.cooldown=1", "llm.controller.cooldown_after_success=1", "train.prefill=8",
+                   f"llm.ask_before_act={str(before).lower()}", "prior.dropout=0", ablation="prior_only")
+    trainer = Trainer(cfg, tmp_path / "run", show_progress=False)
+    trainer._start_episodes()
+    asked = steered = 0
+    for _ in range(80):
+        calls = trainer.bridge.controller.counters()["llm_calls"]
+        trainer._collect_step()
+        if trainer.bridge.controller.counters()["llm_calls"] > calls:
+            asked += 1
+            mask = float(trainer.bridge.last_llm["mask"][0])
+            steered += int(mask > 0)
+            staged = [row for row in trainer.replay.staging[0] if not row["is_last"]]
+            if staged:  # what the replay keeps for the step is what the act used
+                assert float(staged[-1]["llm_mask"]) == mask
+    assert asked >= 5
+    assert steered == (asked if before else 0)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import gymnasium
@@ -179,7 +179,11 @@ class DreamerAgent:
 
     @torch.no_grad()
     def act(self, obs: Mapping[str, Tensor], is_first: Tensor, state: dict[str, Tensor],
-            llm: Mapping | None = None, env_step: int = 0, sample: bool = True) -> ActOutput:
+            llm: Mapping | None = None, env_step: int = 0, sample: bool = True,
+            consult: Callable[[Tensor | None], Mapping | None] | None = None) -> ActOutput:
+        """One act step. ``consult(u [B] or None)``, when given, is called once the policy has seen this step's
+        observation and before the prior is mixed in: it may ask the LLM about the state being acted in and
+        returns fresh ``llm`` entries (``prior_logits``, ``mask``, ``confidence``, ``source``) or None."""
         self.env_step = int(env_step)
         is_first = torch.as_tensor(is_first, device=self.device).bool().reshape(-1)
         batch = is_first.shape[0]
@@ -197,9 +201,15 @@ class DreamerAgent:
             "disagreement": (self.wm.expected_disagreement(latent, logits_wm.exp()) if self.reads_disagreement
                              else torch.full((latent.shape[0],), math.nan, device=latent.device)),
         }
+        if consult is not None:
+            if batch == self.prior.num_envs:  # the control draw decides whether this episode may ask at all
+                self.prior.draw_control_episodes(is_first, self.generator)
+            fresh = consult(self.prior.preview_u(u, batch))
+            if fresh:
+                llm_in = self._llm_act_inputs({**dict(llm or {}), **fresh}, batch)
         logits_mix, beta = self.prior.act(logits_wm, llm_in["prior_logits"], llm_in["mask"], u,
                                           self.env_step, generator=self.generator, source=llm_in["source"],
-                                          is_first=is_first)
+                                          is_first=is_first, control_drawn=consult is not None)
         action, action_wm = gumbel_argmax_pair(logits_mix, logits_wm, self.generator, sample)
         new_state = {"deter": post["deter"], "stoch": post["stoch"],
                      "prev_action": F.one_hot(action, self.num_actions).float()}

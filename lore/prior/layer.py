@@ -183,6 +183,15 @@ class PriorLayer:
         if mask.shape != logits_wm.shape[:1]:
             raise ValueError(f"mask must be [B]={tuple(logits_wm.shape[:1])}, got {tuple(mask.shape)}")
 
+    def preview_u(self, u: Mapping[str, torch.Tensor] | None, batch: int) -> torch.Tensor | None:
+        """The gate's ``u [B]`` for this step's signals without updating the running means (:meth:`act` does),
+        or None without signals: what the LLM controller reads when it is consulted before acting."""
+        signals = self._uncertainty_signals(u, batch, torch.device("cpu"))
+        if signals is None:
+            return None
+        with torch.no_grad():
+            return self.gate_u(signals)[0].detach().cpu()
+
     def gate_u(self, signals: list[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """``u [B]`` in [0, 1] and its three parts from the raw signals (running means as they stand)."""
         means = [n.mean for n in self.normalisers]
@@ -228,11 +237,12 @@ class PriorLayer:
             u: Mapping[str, torch.Tensor] | None, env_step: int,
             generator: torch.Generator | None = None,
             source: torch.Tensor | None = None,
-            is_first: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+            is_first: torch.Tensor | None = None, control_drawn: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """``(logits_mix [B,A], beta [B])`` for one act step of ``B`` envs (see the module docstring).
 
         ``source [B]``: the advice source code of each env (:func:`lore.prior.trust.source_code`);
-        ``is_first [B]``: episode starts, where each env draws whether the episode is a control episode.
+        ``is_first [B]``: episode starts, where each env draws whether the episode is a control episode
+        (unless ``control_drawn``: :meth:`draw_control_episodes` already ran for this step).
         """
         mask = torch.as_tensor(mask, device=logits_wm.device)
         self._check_batch(logits_wm, mask)
@@ -263,8 +273,8 @@ class PriorLayer:
                         beta = trust_floored_beta(beta, beta_max_now, self.absorb_weight(source, batch, device))
                 beta = beta * self.trust_scale(source, batch, device)
                 keep = beta_dropout_keep(batch, self.cfg.dropout, generator, device)
-                if stateful:
-                    self._draw_control_episodes(is_first, generator)
+                if stateful and not control_drawn:
+                    self.draw_control_episodes(is_first, generator)
                     keep = keep & ~self.control.to(device)
                 beta = beta * keep * (mask > 0)
             beta = beta.to(logits_wm.dtype)
@@ -315,9 +325,12 @@ class PriorLayer:
             return share
         return matched_control_share(self.trust.episodes.t_statistic(), share)
 
-    def _draw_control_episodes(self, is_first: torch.Tensor | None, generator: torch.Generator | None) -> None:
-        """At each env's episode start, make the episode a control episode with prob ``control_episodes``."""
-        if is_first is None or self.cfg.control_episodes <= 0:
+    def draw_control_episodes(self, is_first: torch.Tensor | None, generator: torch.Generator | None) -> None:
+        """At each env's episode start, make the episode a control episode with prob ``control_episodes``.
+
+        Called by :meth:`act`, or before it when the LLM is consulted before acting (the controller must know
+        whether the new episode uses advice before it asks)."""
+        if is_first is None or not self.cfg.enabled or self.cfg.control_episodes <= 0:
             return
         starts = torch.as_tensor(is_first).reshape(-1).bool().cpu()
         if not bool(starts.any()):

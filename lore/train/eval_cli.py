@@ -135,7 +135,8 @@ def run_eval(opts: EvalOptions) -> dict:
             agent, envs, ecfg, device, eval_index,
             llm_inputs=session.inputs if session is not None else bridge.eval_inputs,
             act_env_step=env_step if opts.with_prior else 0,
-            on_reset=on_reset, on_act=on_act, on_step=on_step)
+            on_reset=on_reset, on_act=on_act, on_step=on_step,
+            consult=session.consult if session is not None and bridge.asks_before_act else None)
     finally:
         llm_calls = bridge.metrics().get("llm_calls", 0.0)
         bridge.close()
@@ -264,6 +265,10 @@ class _PriorSession:
 
     def inputs(self, envs) -> dict:
         return self.bridge.inputs(self.env_step)
+
+    def consult(self, u):
+        ask = self.bridge.consult(self.env_step, False)
+        return ask(u) if ask is not None else None
 
     def after_act(self, out, actions: np.ndarray) -> None:
         beta = out.beta.float().cpu().numpy()

@@ -41,7 +41,7 @@ def crafter_score(rates_percent: list[float]) -> float:
 def evaluate_policy(agent, env, cfg: RunConfig, device: torch.device, eval_index: int,
                     llm_inputs: Callable | None = None, should_stop: Callable[[], bool] | None = None, *,
                     act_env_step: int = 0, on_reset: Callable | None = None, on_act: Callable | None = None,
-                    on_step: Callable | None = None) -> dict | None:
+                    on_step: Callable | None = None, consult: Callable | None = None) -> dict | None:
     """Run ``eval.episodes`` episodes; ``llm_inputs(envs)`` supplies per-step features (no prior).
 
     ``env`` is one env or a list of identically built envs: episodes run side by side in waves of
@@ -54,7 +54,8 @@ def evaluate_policy(agent, env, cfg: RunConfig, device: torch.device, eval_index
     The keyword-only hooks serve ``lore eval`` (the trainer uses none of them): ``act_env_step`` is
     the env step the agent acts at (the prior's beta schedule reads it), ``on_reset(k, env, obs)`` runs
     after episode ``k``'s reset, ``on_act(out, actions)`` after each batched act, and
-    ``on_step(k, env, action, obs, reward, done)`` after each env step of episode ``k``.
+    ``on_step(k, env, action, obs, reward, done)`` after each env step of episode ``k``, and ``consult`` is
+    passed to every :meth:`lore.dreamer.agent.Agent.act` (the LLM asked about the state being acted in).
     """
     envs = list(env) if isinstance(env, (list, tuple)) else [env]
     episodes = cfg.eval.episodes
@@ -71,7 +72,7 @@ def evaluate_policy(agent, env, cfg: RunConfig, device: torch.device, eval_index
         for first in range(0, episodes, len(envs)):
             wave = list(range(first, min(first + len(envs), episodes)))
             finished = _run_wave(agent, envs[:len(wave)], wave, cfg, device, llm_inputs, should_stop,
-                                 act_env_step, on_reset, on_act, on_step)
+                                 act_env_step, on_reset, on_act, on_step, consult)
             if finished is None:
                 _restore(agent, generator_state, prior_state)
                 return None
@@ -95,7 +96,7 @@ def evaluate_policy(agent, env, cfg: RunConfig, device: torch.device, eval_index
 
 
 def _run_wave(agent, envs: list, wave: list[int], cfg: RunConfig, device, llm_inputs, should_stop, act_env_step,
-              on_reset, on_act, on_step) -> list[tuple[float, int, dict]] | None:
+              on_reset, on_act, on_step, consult=None) -> list[tuple[float, int, dict]] | None:
     """Episodes ``wave`` side by side on ``envs``: ``[(return, length, last info)]``, None if stopped."""
     obs_list = []
     for k, e in zip(wave, envs, strict=True):
@@ -114,7 +115,8 @@ def _run_wave(agent, envs: list, wave: list[int], cfg: RunConfig, device, llm_in
         obs_t = {key: torch.as_tensor(np.stack([np.asarray(o[key]) for o in obs_list]), device=device)
                  for key in obs_list[0]}
         extra = llm_inputs(envs) if llm_inputs is not None else None
-        out = agent.act(obs_t, is_first, state, extra, act_env_step, sample=not cfg.eval.greedy)
+        asking = {"consult": consult} if consult is not None else {}  # policies without an LLM take no consult
+        out = agent.act(obs_t, is_first, state, extra, act_env_step, sample=not cfg.eval.greedy, **asking)
         state = out.state
         actions = out.action.reshape(-1).cpu().numpy()
         if on_act is not None:

@@ -92,18 +92,7 @@ class LLMBridge:
             self.last_llm = out
             return out
         for i in range(n):
-            advice = self.controller.current(i, self.envs.state_key(i), env_step)
-            if advice is None:
-                continue
-            self.current_advice[i] = advice
-            out["prior_logits"][i] = advice.prior_logits
-            out["mask"][i] = 1.0
-            out["confidence"][i] = advice.confidence
-            out["source"][i] = source_code(advice.source)
-            self.current_plans[i] = getattr(advice, "plan", None)
-            code = getattr(advice, "features_code", None)
-            if code and self.sandbox is not None and code != self.feature_code:
-                self._adopt_feature_code(code)
+            self._apply_current(i, env_step, out)
         if self.sandbox is not None and self.feature_code is not None:
             results = self.sandbox.run_batch(self.feature_code, [self.envs.state_snapshot(i) for i in range(n)])
             for i, res in enumerate(results):
@@ -115,6 +104,46 @@ class LLMBridge:
             self._drop_feature_code_if_disabled()
         self.last_llm = out
         return out
+
+    def _apply_current(self, i: int, env_step: int, out: dict[str, np.ndarray]) -> None:
+        """Env ``i``'s row of ``out`` from the advice that applies to its state now (left as is without)."""
+        advice = self.controller.current(i, self.envs.state_key(i), env_step)
+        if advice is None:
+            return
+        self.current_advice[i] = advice
+        out["prior_logits"][i] = advice.prior_logits
+        out["mask"][i] = 1.0
+        out["confidence"][i] = advice.confidence
+        out["source"][i] = source_code(advice.source)
+        self.current_plans[i] = getattr(advice, "plan", None)
+        code = getattr(advice, "features_code", None)
+        if code and self.sandbox is not None and code != self.feature_code:
+            self._adopt_feature_code(code)  # runs from the next step: this one's features are embedded
+
+    def consult(self, env_step: int, prefill: bool):
+        """The ``consult`` callback of :meth:`lore.dreamer.agent.Agent.act` for this step, or None.
+
+        With ``llm.ask_before_act`` (and advice that something acts on), the controller is asked about the
+        state being acted in, with this step's gate ``u``; envs that had no advice at :meth:`inputs` and got an
+        answer in time have their rows of the step's inputs filled in place, so the replay stores what the act
+        used. Prefill acts at random: no advice is asked for."""
+        if prefill or not self.asks_before_act:
+            return None
+
+        def consult(u: torch.Tensor | None) -> dict[str, np.ndarray]:
+            out = self.last_llm
+            gate = self.gate_values(u if u is not None else torch.zeros(self.num_envs))
+            self._ask(env_step, gate)
+            for i in range(self.num_envs):
+                if out["mask"][i] == 0:
+                    self._apply_current(i, env_step, out)
+            return {k: out[k] for k in ("prior_logits", "mask", "confidence", "source")}
+
+        return consult
+
+    @property
+    def asks_before_act(self) -> bool:
+        return self.controller is not None and self.cfg.llm.ask_before_act and self.advice_used()
 
     def eval_inputs(self, envs: list) -> dict[str, np.ndarray] | None:
         """Evaluation sees the adopted feature program (an observation transform) but no LLM prior.
@@ -161,12 +190,12 @@ class LLMBridge:
         c = self.cfg
         return c.prior.enabled or c.plan.enabled or c.distill.enabled
 
-    def gate_values(self) -> np.ndarray:
-        """The controller's trigger per env, in [0, 1]: state uncertainty u(s) of this act step times the
-        act-time trust in the LLM's answers (asking is worth its cost only where the agent is unsure and the
-        answers would act; not at all below ``prior.trust_act_floor``, where they would not)."""
+    def gate_values(self, u: torch.Tensor | None = None) -> np.ndarray:
+        """The controller's trigger per env, in [0, 1]: state uncertainty u(s) of this act step (``u``, or the
+        prior layer's last) times the act-time trust in the LLM's answers (asking is worth its cost only where the
+        agent is unsure and the answers would act; not at all below ``prior.trust_act_floor``, where they would not)."""
         layer = self.agent.prior
-        u = layer.last_u
+        u = layer.last_u if u is None else u
         if self.cfg.prior.trust:
             trust = layer.trust.act_value("llm")
             u = u * trust if trust >= self.cfg.prior.trust_act_floor else u * 0.0
@@ -184,9 +213,15 @@ class LLMBridge:
             return  # random prefill actions: advice would be wasted budget
         if not self.advice_used() and self.feature_code is not None:
             return  # only the feature program was wanted, and one is running
+        if not self.asks_before_act:
+            self._ask(env_step, self.gate_values())
+        if self.agent.prior.refit_due(env_step):
+            self.agent.prior.refit_temperature(env_step=env_step)
+
+    def _ask(self, env_step: int, gate: np.ndarray) -> None:
+        """Offer every env's current state to the controller (it asks about at most one)."""
         from lore.llm.controller import EnvQuery
 
-        gate = self.gate_values()
         envs = self.envs
         queries = [
             EnvQuery(env_index=i, state_key=envs.state_key(i),
@@ -196,8 +231,6 @@ class LLMBridge:
             for i in range(self.num_envs)
         ]
         self.controller.maybe_request(env_step, queries)
-        if self.agent.prior.refit_due(env_step):
-            self.agent.prior.refit_temperature(env_step=env_step)
 
     def on_reset(self, is_first: np.ndarray) -> None:
         self._is_first = is_first.copy()

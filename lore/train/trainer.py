@@ -312,7 +312,8 @@ class Trainer:
         obs_t = {k: torch.as_tensor(v, device=self.device) for k, v in self.obs.items()}
         first_t = torch.as_tensor(self.is_first, device=self.device)
         llm_t = {k: torch.as_tensor(v, device=self.device) for k, v in llm_in.items()}
-        out = self.agent.act(obs_t, first_t, self.agent_state, llm_t, self.env_step, sample=True)
+        out = self.agent.act(obs_t, first_t, self.agent_state, llm_t, self.env_step, sample=True,
+                             consult=self.bridge.consult(self.env_step, prefill))
         self.agent_state = out.state
         if prefill:
             actions = np.random.randint(0, self.num_actions, size=self.num_envs)
