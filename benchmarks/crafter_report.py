@@ -100,8 +100,11 @@ def call_settings(cfg: dict) -> str:
     if llm["backend"] == "none":
         return ""
     ctl = llm["controller"]
+    # runs written before llm.ask_before_act existed asked after acting
+    asked = "the state being acted in" if llm.get("ask_before_act", False) else "the state just acted in"
     return (f"budget {ctl['budget']} calls, cooldown {ctl['cooldown']} env steps after a question "
-            f"({ctl['cooldown_after_success']} after an answered one), plans of at most {llm['plan_max_len']} steps")
+            f"({ctl['cooldown_after_success']} after an answered one), asked about {asked}, "
+            f"plans of at most {llm['plan_max_len']} steps")
 
 
 def controller_text(cfg: dict) -> str:

@@ -550,7 +550,8 @@ def test_coverage_reads_every_group_at_one_env_step_and_leaves_out_runs_short_of
     # calls at the last row <= 3000 (3000 // 100), advised share = mean of the rows up to 3000 (not the 4000 one)
     assert rows["slow"][1] == "2" and rows["slow"][3].startswith("30 ") and rows["slow"][5] == "2.67 [1.67, 3.67]"
     assert rows["paced"][3] == "75" and rows["paced"][5] == "10.00" and rows["paced"][2].startswith(
-        "budget 500 calls, cooldown 40 env steps after a question (40 after an answered one), plans of at most 32 steps")
+        "budget 500 calls, cooldown 40 env steps after a question (40 after an answered one), asked about the state "
+        "just acted in, plans of at most 32 steps")
     assert rows["none"][2] == "no LLM" and rows["none"][3] == "—"
     assert rows["slow"][6].startswith("2.00 [")  # the eval at 2000 (the one at 4000 is past --at)
     assert "| score (final) |" in out.read_text() and rows["slow"][7] == "6.00 [5.00, 7.00]"
@@ -568,6 +569,9 @@ def test_report_states_the_controller_and_the_prior_settings_each_arm_ran_with()
     assert "averaged over all states" in text and "family-wise dead zone" in text and "weighting its tilt" in text
     old = report.controller_text({**cfg, "prior": {}})  # a run written before these settings existed had the defaults
     assert "averaged over advised states" in old and "fixed dead zone" in old and "weighting its loss" in old
+    assert "asked about the state just acted in" in text  # llm.ask_before_act absent: a run from before it existed
+    asking = report.controller_text({**cfg, "llm": {**cfg["llm"], "ask_before_act": True}})
+    assert "asked about the state being acted in" in asking
     assert report.controller_text({**cfg, "llm": {**cfg["llm"], "backend": "none"}}) == ""
 
 
