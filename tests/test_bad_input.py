@@ -273,6 +273,7 @@ def test_bad_number_in_a_config_file(sandbox, capsys, key, text):
     ("llm.logit_clip=0", "llm.logit_clip"),
     ("llm.plan_max_len=0", "llm.plan_max_len"),
     ("llm.max_inflight=0", "llm.max_inflight"),
+    ("llm.ask_before_act=3", "llm.ask_before_act"),
     ("llm.controller.budget=-1", "llm.controller.budget"),
     ("llm.controller.cooldown=-1", "llm.controller.cooldown"),
     ("llm.controller.cache_ttl=-1", "llm.controller.cache_ttl"),

@@ -331,6 +331,8 @@ def test_the_not_below_target_reads_the_difference_ci_and_prints_the_stricter_re
     ("absorb_tilt_rest", "bench_absorb_tilt_rest",
      " --set 'prior.absorb_over=\"all\"' --set prior.trust_familywise=true --set 'prior.absorb_trust=\"tilt\"'",
      {"kl", "kl_adversarial", "full", "full_adversarial"}, 2 * 5 + 4 * 5, "docs/benchmark/absorb_tilt_rest"),
+    ("ask_before_act", "bench_ask_before_act", " --set llm.ask_before_act=true",
+     {"kl", "full", "full_adversarial"}, 2 * 3 * 5, "docs/benchmark/ask_before_act"),
     # not experiments: the benchmark's own settings, run again on newer code or for more seeds
     ("rerun_current", "bench_rerun_current", "", {"rl_only", "kl", "full", "full_adversarial", "full_noisy"}, 5 * 5,
      "docs/benchmark/rerun_current"),
