@@ -530,14 +530,20 @@ def test_disagreeing_draws_label_nothing_but_their_mean_still_feeds_trust():
 # --------------------------------------------------------------------------- control episodes
 
 
-def test_control_episodes_are_drawn_at_episode_starts_and_silence_the_prior_throughout():
+@pytest.mark.parametrize("drawn_before_act", [False, True])
+def test_control_episodes_are_drawn_at_episode_starts_and_silence_the_prior_throughout(drawn_before_act):
+    """Drawn inside the act, or before it (``llm.ask_before_act``: the controller must know first), a control
+    episode's act gets no advice."""
     gen = torch.Generator().manual_seed(0)
     layer = PriorLayer(prior_cfg(gate="fixed", beta_max=1.0, control_episodes=0.3), A, num_envs=1)
     prior = one_hot_advice(torch.tensor([0]))
     episodes, controlled = 0, 0
     for step in range(4000):
         first = torch.tensor([step % 20 == 0])
-        _, beta = layer.act(torch.zeros(1, A), prior, torch.ones(1), None, step, generator=gen, is_first=first)
+        if drawn_before_act:
+            layer.draw_control_episodes(first, gen)
+        _, beta = layer.act(torch.zeros(1, A), prior, torch.ones(1), None, step, generator=gen, is_first=first,
+                            control_drawn=drawn_before_act)
         if bool(first):
             episodes += 1
             episode_control = bool(layer.control[0])

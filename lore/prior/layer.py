@@ -273,8 +273,9 @@ class PriorLayer:
                         beta = trust_floored_beta(beta, beta_max_now, self.absorb_weight(source, batch, device))
                 beta = beta * self.trust_scale(source, batch, device)
                 keep = beta_dropout_keep(batch, self.cfg.dropout, generator, device)
-                if stateful and not control_drawn:
-                    self.draw_control_episodes(is_first, generator)
+                if stateful:
+                    if not control_drawn:
+                        self.draw_control_episodes(is_first, generator)
                     keep = keep & ~self.control.to(device)
                 beta = beta * keep * (mask > 0)
             beta = beta.to(logits_wm.dtype)
