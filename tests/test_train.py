@@ -265,7 +265,8 @@ def test_an_answer_steers_the_step_it_was_asked_at_only_when_asked_before_acting
     (the scripted advisor) is mixed into that very act; asked after the act, the answer is about a state the
     agent has left, so the step that asked never has advice (a served env is not asked)."""
     cfg = tiny_cfg("llm.controller.cooldown=1", "llm.controller.cooldown_after_success=1", "train.prefill=8",
-                   f"llm.ask_before_act={str(before).lower()}", "prior.dropout=0", ablation="prior_only")
+                   f"llm.ask_before_act={str(before).lower()}", "prior.dropout=0", "prior.control_episodes=0",
+                   ablation="prior_only")
     trainer = Trainer(cfg, tmp_path / "run", show_progress=False)
     trainer._start_episodes()
     asked = steered = 0
