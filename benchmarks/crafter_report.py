@@ -77,15 +77,24 @@ def read_eval(runs: list[Path]) -> pd.DataFrame:
         done = json.loads((run / "done").read_text())
         frame["steps_per_s"] = done["env_step"] / done["wall_s"] if done.get("wall_s") else math.nan
         frame["entropy_last"] = last_logged(run / "metrics.csv", "entropy_imag")
-        frame["lambda_last"] = last_logged(run / "metrics.csv", "lambda_kl") if frame["controller"].iloc[0] else math.nan
+        advised = bool(frame["controller"].iloc[0])
+        frame["lambda_last"] = last_logged(run / "metrics.csv", "lambda_kl") if advised else math.nan
+        frame["trust_last"] = last_logged(run / "metrics.csv", "trust_llm") if advised else math.nan
         frames.append(frame)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def last_value_text(data: pd.DataFrame, column: str) -> str:
+    """Mean [CI] over seeds of a per-run end-of-training value (``lambda_last``, ``trust_last``); — without one."""
+    values = data.drop_duplicates("seed")[column] if column in data else pd.Series(dtype=float)
+    return fmt(ci(values)) if values.notna().any() else "—"
 
 
 def last_logged(metrics_csv: Path, column: str, points: int = 3) -> float:
     """Mean of the last ``points`` logged values of ``column`` in a run's metrics.csv (NaN when absent). The
     actor's entropy in imagination (``entropy_imag``, nats): a policy that collapsed onto a few actions shows
-    here long before its score says why. The KL multiplier (``lambda_kl``): how hard advice is being absorbed."""
+    here long before its score says why. The KL multiplier (``lambda_kl``): how hard advice is being absorbed.
+    The trust in the LLM's answers (``trust_llm``): whether the advised-vs-control evidence caught the advisor."""
     if not metrics_csv.is_file():
         return math.nan
     values = pd.read_csv(metrics_csv, usecols=lambda c: c == column).get(column)
@@ -430,8 +439,9 @@ def report(frame: pd.DataFrame, random: pd.DataFrame, runs_table: pd.DataFrame, 
         "## Crafter score", "",
         "| arm | n | " + " | ".join(f"score @{step_label(b)}" for b in budgets)
         + f" | return @{step_label(last)} | distinct achievements @{step_label(last)} | API calls "
-        "| env steps/s (train) | actor entropy (last) | advised steps (% of train) | KL multiplier λ (last) |",
-        "|---|---|" + "---|" * (len(budgets) + 7),
+        "| env steps/s (train) | actor entropy (last) | advised steps (% of train) | KL multiplier λ (last) "
+        "| trust in the LLM (last) |",
+        "|---|---|" + "---|" * (len(budgets) + 8),
     ]
     for arm in [*arms, RANDOM]:
         data = random if arm == RANDOM else frame[frame["ablation"] == arm]
@@ -440,7 +450,7 @@ def report(frame: pd.DataFrame, random: pd.DataFrame, runs_table: pd.DataFrame, 
         final = at_step(data, last)
         scores = [fmt(ci(at_step(data, b)["crafter_score"])) for b in budgets]
         if arm == RANDOM:
-            calls, speed, entropy, advised, lam = "0", "—", "—", "—", "—"
+            calls, speed, entropy, advised, lam, trust = "0", "—", "—", "—", "—", "—"
         else:
             group = runs_table[runs_table["ablation"] == arm] if "ablation" in runs_table else pd.DataFrame()
             calls = calls_text(group["llm_calls"]) if "llm_calls" in group else "0"
@@ -448,12 +458,11 @@ def report(frame: pd.DataFrame, random: pd.DataFrame, runs_table: pd.DataFrame, 
             entropy = fmt(ci(data.drop_duplicates("seed")["entropy_last"]))
             advised = (fmt(ci(group["prior_mask_frac_avg"]), 1, scale=100.0)
                        if "prior_mask_frac_avg" in group and group["prior_mask_frac_avg"].notna().any() else "—")
-            lams = data.drop_duplicates("seed")["lambda_last"] if "lambda_last" in data else pd.Series(dtype=float)
-            lam = fmt(ci(lams)) if lams.notna().any() else "—"
+            lam, trust = (last_value_text(data, column) for column in ("lambda_last", "trust_last"))
         distinct = distinct_achievements(final)  # per seed: unlocked in any eval episode
         lines.append(f"| {arm} | {final['seed'].nunique()} | {' | '.join(scores)} | "
                      f"{fmt(ci(final['return_mean']))} | {fmt(ci(distinct), 1)} | {calls} | {speed} | {entropy} | {advised} "
-                     f"| {lam} |")
+                     f"| {lam} | {trust} |")
     lines += ["", "Distinct achievements: how many of the 22 a run unlocked at least once in its evaluation "
               "episodes at that point (mean over seeds). API calls: LLM calls per run that reached the backend (mean, min–max over seeds; the scripted "
               "advisor here). Env steps/s: env steps / wall time of the whole run (evaluations included), "
@@ -463,7 +472,10 @@ def report(frame: pd.DataFrame, random: pd.DataFrame, runs_table: pd.DataFrame, 
               "the share of training env steps on which advice applied (mask 1: an answer for that state or "
               "the next step of a plan still being followed), mean over log points. KL multiplier: the dual "
               "variable of the absorption term at the end of training (mean of its last three logged values; "
-              "`prior.absorb_trust` says whether the trust weights the term's loss or its target).", ""]
+              "`prior.absorb_trust` says whether the trust weights the term's loss or its target). Trust in the "
+              "LLM: of its answers at the end of training (mean of its last three logged values; 0.5 = no "
+              "evidence either way, 1 = advised episodes clearly better than the control episodes, 0 = clearly "
+              "worse; with `prior.trust` off it is not logged: —).", ""]
     if doorkey_runs is not None:
         lines += doorkey_speed(doorkey_runs, [a for a in arms if a in ("rl_only", "full", "full_adversarial")])
     final_rows = final_rows if final_rows is not None else pd.DataFrame()

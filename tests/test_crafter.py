@@ -353,12 +353,15 @@ def test_report_reads_the_final_evaluation_where_the_benchmark_wrote_it(tmp_path
         metrics = root / "full" / f"seed{seed}" / "metrics.csv"  # full's KL multiplier: its last three values
         frame = pd.read_csv(metrics)
         frame.loc[len(frame) - 3:, "lambda_kl"] = [0.2, 0.4, 0.6]
+        frame["trust_llm"] = 0.5  # and its trust in the LLM, last three values 0.8-1.0
+        frame.loc[len(frame) - 3:, "trust_llm"] = [0.9, 1.0, 0.8]
         frame.to_csv(metrics, index=False)
     assert report.main(["--runs-root", str(root), "--out", str(out), "--no-cli"]) == 0
     text = (out / "crafter.md").read_text()
     assert "## Targets (periodic evaluation at 2000 env steps)" in text and "## Final evaluation" not in text
     rows = {line.split(" | ")[0][2:]: line for line in text.splitlines() if line.startswith("| ")}
-    assert rows["rl_only"].endswith("| 0.70 [0.70, 0.70] | — | — |") and rows["full"].endswith("| — | — | 0.40 [0.40, 0.40] |")
+    assert rows["rl_only"].endswith("| 0.70 [0.70, 0.70] | — | — | — |")
+    assert rows["full"].endswith("| — | — | 0.40 [0.40, 0.40] | 0.90 [0.90, 0.90] |")
     # the share of advised training steps, from the aggregate's runs table
     pd.DataFrame({"ablation": ["rl_only", "rl_only", "full", "full"], "seed": [0, 1, 0, 1], "llm_calls": [0, 0, 9, 11],
                   "prior_mask_frac_avg": [0.0, 0.0, 0.02, 0.04]}).to_csv(out / "crafter" / "tables" / "runs.csv",
@@ -366,7 +369,7 @@ def test_report_reads_the_final_evaluation_where_the_benchmark_wrote_it(tmp_path
     assert report.main(["--runs-root", str(root), "--out", str(out), "--no-cli"]) == 0
     rows = {line.split(" | ")[0][2:]: line for line in (out / "crafter.md").read_text().splitlines()
             if line.startswith("| ")}
-    assert rows["full"].endswith("| 3.0 [2.0, 4.0] | 0.40 [0.40, 0.40] |") and "| 10.0 (9–11) |" in rows["full"]
+    assert rows["full"].endswith("| 3.0 [2.0, 4.0] | 0.40 [0.40, 0.40] | 0.90 [0.90, 0.90] |") and "| 10.0 (9–11) |" in rows["full"]
     for arm in ("rl_only", "full"):  # the final evaluation: the last row again, on 50 episodes, score shifted
         for seed in (0, 1):
             last = pd.read_csv(root / arm / f"seed{seed}" / "eval.csv").iloc[[-1]].copy()
