@@ -80,6 +80,8 @@ def read_eval(runs: list[Path]) -> pd.DataFrame:
         advised = bool(frame["controller"].iloc[0])
         frame["lambda_last"] = last_logged(run / "metrics.csv", "lambda_kl") if advised else math.nan
         frame["trust_last"] = last_logged(run / "metrics.csv", "trust_llm") if advised else math.nan
+        # a running count: its last value is the run's total
+        frame["plan_steps"] = last_logged(run / "metrics.csv", "llm_plan_steps", points=1) if advised else math.nan
         frames.append(frame)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
@@ -438,10 +440,10 @@ def report(frame: pd.DataFrame, random: pd.DataFrame, runs_table: pd.DataFrame, 
         "at the same eval points and layouts.", "",
         "## Crafter score", "",
         "| arm | n | " + " | ".join(f"score @{step_label(b)}" for b in budgets)
-        + f" | return @{step_label(last)} | distinct achievements @{step_label(last)} | API calls "
+        + f" | return @{step_label(last)} | distinct achievements @{step_label(last)} | API calls | plan steps "
         "| env steps/s (train) | actor entropy (last) | advised steps (% of train) | KL multiplier λ (last) "
         "| trust in the LLM (last) |",
-        "|---|---|" + "---|" * (len(budgets) + 8),
+        "|---|---|" + "---|" * (len(budgets) + 9),
     ]
     for arm in [*arms, RANDOM]:
         data = random if arm == RANDOM else frame[frame["ablation"] == arm]
@@ -450,10 +452,11 @@ def report(frame: pd.DataFrame, random: pd.DataFrame, runs_table: pd.DataFrame, 
         final = at_step(data, last)
         scores = [fmt(ci(at_step(data, b)["crafter_score"])) for b in budgets]
         if arm == RANDOM:
-            calls, speed, entropy, advised, lam, trust = "0", "—", "—", "—", "—", "—"
+            calls, plans, speed, entropy, advised, lam, trust = "0", "0", "—", "—", "—", "—", "—"
         else:
             group = runs_table[runs_table["ablation"] == arm] if "ablation" in runs_table else pd.DataFrame()
             calls = calls_text(group["llm_calls"]) if "llm_calls" in group else "0"
+            plans = calls_text(data.drop_duplicates("seed")["plan_steps"]) if "plan_steps" in data else "0"
             speed = fmt(ci(data.drop_duplicates("seed")["steps_per_s"]), 1)
             entropy = fmt(ci(data.drop_duplicates("seed")["entropy_last"]))
             advised = (fmt(ci(group["prior_mask_frac_avg"]), 1, scale=100.0)
@@ -461,11 +464,13 @@ def report(frame: pd.DataFrame, random: pd.DataFrame, runs_table: pd.DataFrame, 
             lam, trust = (last_value_text(data, column) for column in ("lambda_last", "trust_last"))
         distinct = distinct_achievements(final)  # per seed: unlocked in any eval episode
         lines.append(f"| {arm} | {final['seed'].nunique()} | {' | '.join(scores)} | "
-                     f"{fmt(ci(final['return_mean']))} | {fmt(ci(distinct), 1)} | {calls} | {speed} | {entropy} | {advised} "
+                     f"{fmt(ci(final['return_mean']))} | {fmt(ci(distinct), 1)} | {calls} | {plans} | {speed} | {entropy} | {advised} "
                      f"| {lam} | {trust} |")
     lines += ["", "Distinct achievements: how many of the 22 a run unlocked at least once in its evaluation "
               "episodes at that point (mean over seeds). API calls: LLM calls per run that reached the backend (mean, min–max over seeds; the scripted "
-              "advisor here). Env steps/s: env steps / wall time of the whole run (evaluations included), "
+              "advisor here). Plan steps: training env steps advised by the rest of a plan the LLM had written "
+              "(per run, mean, min–max over seeds; a plan is dropped at the first step on which the agent takes "
+              "another action, so advice the agent follows only in part loses its plans). Env steps/s: env steps / wall time of the whole run (evaluations included), "
               "as measured where the benchmark ran. Actor entropy: of the policy in imagination at the end of "
               "training, nats (mean of its last three logged values; uniform over Crafter's 17 actions: "
               f"{math.log(17):.2f}): far below that, the policy has collapsed onto a few actions. Advised steps: "

@@ -355,6 +355,8 @@ def test_report_reads_the_final_evaluation_where_the_benchmark_wrote_it(tmp_path
         frame.loc[len(frame) - 3:, "lambda_kl"] = [0.2, 0.4, 0.6]
         frame["trust_llm"] = 0.5  # and its trust in the LLM, last three values 0.8-1.0
         frame.loc[len(frame) - 3:, "trust_llm"] = [0.9, 1.0, 0.8]
+        frame["llm_plan_steps"] = np.arange(len(frame)) + 10 * seed  # a running count: the last value is read
+        last_plan_step = len(frame) - 1  # seed 0's total; seed 1's is 10 more
         frame.to_csv(metrics, index=False)
     assert report.main(["--runs-root", str(root), "--out", str(out), "--no-cli"]) == 0
     text = (out / "crafter.md").read_text()
@@ -370,6 +372,8 @@ def test_report_reads_the_final_evaluation_where_the_benchmark_wrote_it(tmp_path
     rows = {line.split(" | ")[0][2:]: line for line in (out / "crafter.md").read_text().splitlines()
             if line.startswith("| ")}
     assert rows["full"].endswith("| 3.0 [2.0, 4.0] | 0.40 [0.40, 0.40] | 0.90 [0.90, 0.90] |") and "| 10.0 (9–11) |" in rows["full"]
+    plans = f"{last_plan_step + 5:.1f} ({last_plan_step}–{last_plan_step + 10})"
+    assert f"| 10.0 (9–11) | {plans} |" in rows["full"] and "| 0 | 0 |" in rows["rl_only"]
     for arm in ("rl_only", "full"):  # the final evaluation: the last row again, on 50 episodes, score shifted
         for seed in (0, 1):
             last = pd.read_csv(root / arm / f"seed{seed}" / "eval.csv").iloc[[-1]].copy()
