@@ -76,32 +76,35 @@ def read_eval(runs: list[Path]) -> pd.DataFrame:
         frame["controller"] = controller_text(cfg)
         done = json.loads((run / "done").read_text())
         frame["steps_per_s"] = done["env_step"] / done["wall_s"] if done.get("wall_s") else math.nan
-        frame["entropy_last"] = last_logged(run / "metrics.csv", "entropy_imag")
         advised = bool(frame["controller"].iloc[0])
-        frame["lambda_last"] = last_logged(run / "metrics.csv", "lambda_kl") if advised else math.nan
-        frame["trust_last"] = last_logged(run / "metrics.csv", "trust_llm") if advised else math.nan
-        # a running count: its last value is the run's total
-        frame["plan_steps"] = last_logged(run / "metrics.csv", "llm_plan_steps", points=1) if advised else math.nan
+        # one read of the run's metrics; a running count (plan steps) is its last value, the rest the last three's mean
+        last = last_logged(run / "metrics.csv", {"entropy_imag": 3, "lambda_kl": 3, "trust_llm": 3, "llm_plan_steps": 1})
+        frame["entropy_last"] = last["entropy_imag"]
+        for name, column in (("lambda_last", "lambda_kl"), ("trust_last", "trust_llm"), ("plan_steps", "llm_plan_steps")):
+            frame[name] = last[column] if advised else math.nan
         frames.append(frame)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def last_value_text(data: pd.DataFrame, column: str) -> str:
-    """Mean [CI] over seeds of a per-run end-of-training value (``lambda_last``, ``trust_last``); — without one."""
-    values = data.drop_duplicates("seed")[column] if column in data else pd.Series(dtype=float)
+def last_value_text(per_run: pd.DataFrame, column: str) -> str:
+    """Mean [CI] over runs of a per-run end-of-training value (``lambda_last``, ``trust_last``); — without one."""
+    values = per_run[column] if column in per_run else pd.Series(dtype=float)
     return fmt(ci(values)) if values.notna().any() else "—"
 
 
-def last_logged(metrics_csv: Path, column: str, points: int = 3) -> float:
-    """Mean of the last ``points`` logged values of ``column`` in a run's metrics.csv (NaN when absent). The
-    actor's entropy in imagination (``entropy_imag``, nats): a policy that collapsed onto a few actions shows
+def last_logged(metrics_csv: Path, points: dict[str, int]) -> dict[str, float]:
+    """Per column, the mean of its last ``points[column]`` logged values in a run's metrics.csv (NaN when absent).
+    The actor's entropy in imagination (``entropy_imag``, nats): a policy that collapsed onto a few actions shows
     here long before its score says why. The KL multiplier (``lambda_kl``): how hard advice is being absorbed.
     The trust in the LLM's answers (``trust_llm``): whether the advised-vs-control evidence caught the advisor."""
     if not metrics_csv.is_file():
-        return math.nan
-    values = pd.read_csv(metrics_csv, usecols=lambda c: c == column).get(column)
-    values = values.dropna() if values is not None else pd.Series(dtype=float)
-    return float(values.iloc[-points:].mean()) if len(values) else math.nan
+        return dict.fromkeys(points, math.nan)
+    frame = pd.read_csv(metrics_csv, usecols=lambda c: c in points)
+    out = {}
+    for column, n in points.items():
+        values = frame[column].dropna() if column in frame else pd.Series(dtype=float)
+        out[column] = float(values.iloc[-n:].mean()) if len(values) else math.nan
+    return out
 
 
 def call_settings(cfg: dict) -> str:
@@ -311,7 +314,7 @@ def step_label(step: int) -> str:
     return f"{step / 1000:g}k" if step >= 1000 else str(step)
 
 
-def calls_text(values: pd.Series) -> str:
+def count_text(values: pd.Series) -> str:
     values = values.dropna()
     if not len(values) or not values.any():
         return "0"
@@ -455,13 +458,14 @@ def report(frame: pd.DataFrame, random: pd.DataFrame, runs_table: pd.DataFrame, 
             calls, plans, speed, entropy, advised, lam, trust = "0", "0", "—", "—", "—", "—", "—"
         else:
             group = runs_table[runs_table["ablation"] == arm] if "ablation" in runs_table else pd.DataFrame()
-            calls = calls_text(group["llm_calls"]) if "llm_calls" in group else "0"
-            plans = calls_text(data.drop_duplicates("seed")["plan_steps"]) if "plan_steps" in data else "0"
-            speed = fmt(ci(data.drop_duplicates("seed")["steps_per_s"]), 1)
-            entropy = fmt(ci(data.drop_duplicates("seed")["entropy_last"]))
+            per_run = data.drop_duplicates("seed")
+            calls = count_text(group["llm_calls"]) if "llm_calls" in group else "0"
+            plans = count_text(per_run["plan_steps"]) if "plan_steps" in per_run else "0"
+            speed = fmt(ci(per_run["steps_per_s"]), 1)
+            entropy = fmt(ci(per_run["entropy_last"]))
             advised = (fmt(ci(group["prior_mask_frac_avg"]), 1, scale=100.0)
                        if "prior_mask_frac_avg" in group and group["prior_mask_frac_avg"].notna().any() else "—")
-            lam, trust = (last_value_text(data, column) for column in ("lambda_last", "trust_last"))
+            lam, trust = (last_value_text(per_run, column) for column in ("lambda_last", "trust_last"))
         distinct = distinct_achievements(final)  # per seed: unlocked in any eval episode
         lines.append(f"| {arm} | {final['seed'].nunique()} | {' | '.join(scores)} | "
                      f"{fmt(ci(final['return_mean']))} | {fmt(ci(distinct), 1)} | {calls} | {plans} | {speed} | {entropy} | {advised} "
