@@ -132,7 +132,18 @@ def controller_text(cfg: dict) -> str:
     trust_in = prior.get("absorb_trust", "loss")
     width = "family-wise" if prior.get("trust_familywise", False) else "fixed"
     return (f"{cfg['ablation']}: {calls}, KL absorption averaged over {absorb} states with the trust weighting its "
-            f"{trust_in}, {width} dead zone of the episode evidence")
+            f"{trust_in}, {width} dead zone of the episode evidence{act_trust_text(prior)}")
+
+
+def act_trust_text(prior: dict) -> str:
+    """How the trust scales advice at act time (empty with ``prior.trust`` off): its evidence, and the share of
+    beta advice acts at before any evidence (runs written before these settings existed had the defaults)."""
+    if not prior.get("trust", False):
+        return ""
+    evidence = ("the episode returns alone (harm at face value)" if prior.get("trust_act_evidence") == "returns"
+                else "the value and the episode evidence")
+    return (f"; at act time advice is scaled by a trust read from {evidence} and acts at "
+            f"{prior.get('trust_act_uninformed', 1.0):g} of beta before any evidence")
 
 
 def setup_text(cfg: dict) -> str:

@@ -580,6 +580,12 @@ def test_report_states_the_controller_and_the_prior_settings_each_arm_ran_with()
     asking = report.controller_text({**cfg, "llm": {**cfg["llm"], "ask_before_act": True}})
     assert "asked about the state being acted in" in asking
     assert report.controller_text({**cfg, "llm": {**cfg["llm"], "backend": "none"}}) == ""
+    assert "at act time" not in text  # prior.trust off: nothing scales the advice
+    trusted = report.controller_text({**cfg, "prior": {**cfg["prior"], "trust": True}})
+    assert "from the value and the episode evidence and acts at 1 of beta before any evidence" in trusted
+    earned = report.controller_text({**cfg, "prior": {**cfg["prior"], "trust": True, "trust_act_evidence": "returns",
+                                                      "trust_act_uninformed": 0.5}})
+    assert "from the episode returns alone (harm at face value) and acts at 0.5 of beta" in earned
 
 
 def test_rl_only_target_reads_the_paired_difference_beside_the_issues_criterion():
