@@ -82,14 +82,36 @@ def read_eval(runs: list[Path]) -> pd.DataFrame:
         frame["entropy_last"] = last["entropy_imag"]
         for name, column in (("lambda_last", "lambda_kl"), ("trust_last", "trust_llm"), ("plan_steps", "llm_plan_steps")):
             frame[name] = last[column] if advised else math.nan
+        frame["act_strength"] = act_strength(run / "metrics.csv", cfg.get("prior") or {}) if advised else math.nan
         frames.append(frame)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def last_value_text(per_run: pd.DataFrame, column: str) -> str:
-    """Mean [CI] over runs of a per-run end-of-training value (``lambda_last``, ``trust_last``); — without one."""
+def per_run_text(per_run: pd.DataFrame, column: str) -> str:
+    """Mean [CI] over runs of a per-run value (``lambda_last``, ``trust_last``, ``act_strength``); — without one."""
     values = per_run[column] if column in per_run else pd.Series(dtype=float)
     return fmt(ci(values)) if values.notna().any() else "—"
+
+
+def act_strength(metrics_csv: Path, prior: dict) -> float:
+    """The share of beta the LLM's answers acted at, mean over the run's log points: ``act_scale`` of the logged
+    act-time trust (``trust_act_llm``) under the run's ``prior.trust_act_floor`` / ``trust_act_uninformed``.
+    1 with ``prior.trust`` off (nothing scales the advice); NaN for a run that did not log the act-time trust."""
+    import torch
+
+    from lore.prior.trust import act_scale
+
+    if not prior.get("trust", False):
+        return 1.0
+    if not metrics_csv.is_file():
+        return math.nan
+    frame = pd.read_csv(metrics_csv, usecols=lambda c: c == "trust_act_llm")
+    values = frame["trust_act_llm"].dropna() if "trust_act_llm" in frame else pd.Series(dtype=float)
+    if not len(values):
+        return math.nan
+    scale = act_scale(torch.tensor(values.to_numpy(), dtype=torch.float64), float(prior.get("trust_act_floor", 0.0)),
+                      float(prior.get("trust_act_uninformed", 1.0)))
+    return float(scale.mean())
 
 
 def last_logged(metrics_csv: Path, points: dict[str, int]) -> dict[str, float]:
@@ -455,9 +477,9 @@ def report(frame: pd.DataFrame, random: pd.DataFrame, runs_table: pd.DataFrame, 
         "## Crafter score", "",
         "| arm | n | " + " | ".join(f"score @{step_label(b)}" for b in budgets)
         + f" | return @{step_label(last)} | distinct achievements @{step_label(last)} | API calls | plan steps "
-        "| env steps/s (train) | actor entropy (last) | advised steps (% of train) | KL multiplier λ (last) "
-        "| trust in the LLM (last) |",
-        "|---|---|" + "---|" * (len(budgets) + 9),
+        "| env steps/s (train) | actor entropy (last) | advised steps (% of train) | advice strength (mean) "
+        "| KL multiplier λ (last) | trust in the LLM (last) |",
+        "|---|---|" + "---|" * (len(budgets) + 10),
     ]
     for arm in [*arms, RANDOM]:
         data = random if arm == RANDOM else frame[frame["ablation"] == arm]
@@ -466,7 +488,7 @@ def report(frame: pd.DataFrame, random: pd.DataFrame, runs_table: pd.DataFrame, 
         final = at_step(data, last)
         scores = [fmt(ci(at_step(data, b)["crafter_score"])) for b in budgets]
         if arm == RANDOM:
-            calls, plans, speed, entropy, advised, lam, trust = "0", "0", "—", "—", "—", "—", "—"
+            calls, plans, speed, entropy, advised, strength, lam, trust = "0", "0", "—", "—", "—", "—", "—", "—"
         else:
             group = runs_table[runs_table["ablation"] == arm] if "ablation" in runs_table else pd.DataFrame()
             per_run = data.drop_duplicates("seed")
@@ -476,11 +498,12 @@ def report(frame: pd.DataFrame, random: pd.DataFrame, runs_table: pd.DataFrame, 
             entropy = fmt(ci(per_run["entropy_last"]))
             advised = (fmt(ci(group["prior_mask_frac_avg"]), 1, scale=100.0)
                        if "prior_mask_frac_avg" in group and group["prior_mask_frac_avg"].notna().any() else "—")
-            lam, trust = (last_value_text(per_run, column) for column in ("lambda_last", "trust_last"))
+            lam, trust, strength = (per_run_text(per_run, column)
+                                    for column in ("lambda_last", "trust_last", "act_strength"))
         distinct = distinct_achievements(final)  # per seed: unlocked in any eval episode
         lines.append(f"| {arm} | {final['seed'].nunique()} | {' | '.join(scores)} | "
                      f"{fmt(ci(final['return_mean']))} | {fmt(ci(distinct), 1)} | {calls} | {plans} | {speed} | {entropy} | {advised} "
-                     f"| {lam} | {trust} |")
+                     f"| {strength} | {lam} | {trust} |")
     lines += ["", "Distinct achievements: how many of the 22 a run unlocked at least once in its evaluation "
               "episodes at that point (mean over seeds). API calls: LLM calls per run that reached the backend (mean, min–max over seeds; the scripted "
               "advisor here). Plan steps: training env steps advised by the rest of a plan the LLM had written "
@@ -490,7 +513,9 @@ def report(frame: pd.DataFrame, random: pd.DataFrame, runs_table: pd.DataFrame, 
               "training, nats (mean of its last three logged values; uniform over Crafter's 17 actions: "
               f"{math.log(17):.2f}): far below that, the policy has collapsed onto a few actions. Advised steps: "
               "the share of training env steps on which advice applied (mask 1: an answer for that state or "
-              "the next step of a plan still being followed), mean over log points. KL multiplier: the dual "
+              "the next step of a plan still being followed), mean over log points. Advice strength: the share of β the "
+              "LLM's answers acted at (1: full strength; below 1 the act-time trust scaled them down, "
+              "`prior.trust_act_evidence` / `trust_act_uninformed`), mean over log points. KL multiplier: the dual "
               "variable of the absorption term at the end of training (mean of its last three logged values; "
               "`prior.absorb_trust` says whether the trust weights the term's loss or its target). Trust in the "
               "LLM: of its answers at the end of training (mean of its last three logged values; 0.5 = no "

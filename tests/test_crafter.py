@@ -357,13 +357,17 @@ def test_report_reads_the_final_evaluation_where_the_benchmark_wrote_it(tmp_path
         frame.loc[len(frame) - 3:, "trust_llm"] = [0.9, 1.0, 0.8]
         frame["llm_plan_steps"] = np.arange(len(frame)) + 10 * seed  # a running count: the last value is read
         last_plan_step = len(frame) - 1  # seed 0's total; seed 1's is 10 more
+        frame["trust_act_llm"] = 0.5  # advice at full strength (min(1, 2 trust)) except in a fifth of the log,
+        frame.loc[: len(frame) // 5 - 1, "trust_act_llm"] = 0.0  # where the trust had switched it off
+        strength = 1.0 - (len(frame) // 5) / len(frame)
         frame.to_csv(metrics, index=False)
     assert report.main(["--runs-root", str(root), "--out", str(out), "--no-cli"]) == 0
     text = (out / "crafter.md").read_text()
     assert "## Targets (periodic evaluation at 2000 env steps)" in text and "## Final evaluation" not in text
     rows = {line.split(" | ")[0][2:]: line for line in text.splitlines() if line.startswith("| ")}
-    assert rows["rl_only"].endswith("| 0.70 [0.70, 0.70] | — | — | — |")
-    assert rows["full"].endswith("| — | — | 0.40 [0.40, 0.40] | 0.90 [0.90, 0.90] |")
+    assert rows["rl_only"].endswith("| 0.70 [0.70, 0.70] | — | — | — | — |")  # no LLM: no strength either
+    assert rows["full"].endswith(f"| — | {strength:.2f} [{strength:.2f}, {strength:.2f}] | 0.40 [0.40, 0.40] | "
+                                 "0.90 [0.90, 0.90] |")
     # the share of advised training steps, from the aggregate's runs table
     pd.DataFrame({"ablation": ["rl_only", "rl_only", "full", "full"], "seed": [0, 1, 0, 1], "llm_calls": [0, 0, 9, 11],
                   "prior_mask_frac_avg": [0.0, 0.0, 0.02, 0.04]}).to_csv(out / "crafter" / "tables" / "runs.csv",
@@ -371,7 +375,8 @@ def test_report_reads_the_final_evaluation_where_the_benchmark_wrote_it(tmp_path
     assert report.main(["--runs-root", str(root), "--out", str(out), "--no-cli"]) == 0
     rows = {line.split(" | ")[0][2:]: line for line in (out / "crafter.md").read_text().splitlines()
             if line.startswith("| ")}
-    assert rows["full"].endswith("| 3.0 [2.0, 4.0] | 0.40 [0.40, 0.40] | 0.90 [0.90, 0.90] |") and "| 10.0 (9–11) |" in rows["full"]
+    assert rows["full"].endswith(f"| 3.0 [2.0, 4.0] | {strength:.2f} [{strength:.2f}, {strength:.2f}] | 0.40 [0.40, 0.40] "
+                                 "| 0.90 [0.90, 0.90] |") and "| 10.0 (9–11) |" in rows["full"]
     plans = f"{last_plan_step + 5:.1f} ({last_plan_step}–{last_plan_step + 10})"
     assert f"| 10.0 (9–11) | {plans} |" in rows["full"] and "| 0 | 0 |" in rows["rl_only"]
     for arm in ("rl_only", "full"):  # the final evaluation: the last row again, on 50 episodes, score shifted
@@ -586,6 +591,22 @@ def test_report_states_the_controller_and_the_prior_settings_each_arm_ran_with()
     earned = report.controller_text({**cfg, "prior": {**cfg["prior"], "trust": True, "trust_act_evidence": "returns",
                                                       "trust_act_uninformed": 0.5}})
     assert "from the episode returns alone (harm at face value) and acts at 0.5 of beta" in earned
+
+
+def test_advice_strength_is_the_act_scale_of_the_logged_trust_under_the_runs_own_settings(tmp_path):
+    metrics = tmp_path / "metrics.csv"
+    pd.DataFrame({"env_step": [1, 2, 3], "trust_act_llm": [0.5, 1.0, float("nan")]}).to_csv(metrics, index=False)
+    assert report.act_strength(metrics, {"trust": True}) == pytest.approx(1.0)  # full strength from 0.5 up
+    earned = report.act_strength(metrics, {"trust": True, "trust_act_uninformed": 0.5})
+    assert earned == pytest.approx(0.75)  # half at 0.5, full at 1; the unlogged point is not counted
+    assert report.act_strength(metrics, {"trust": True, "trust_act_floor": 0.25, "trust_act_uninformed": 0.5}) \
+        == pytest.approx(0.75)
+    pd.DataFrame({"env_step": [1, 2], "trust_act_llm": [0.1, 0.2]}).to_csv(metrics, index=False)
+    assert report.act_strength(metrics, {"trust": True}) == pytest.approx(0.3)  # min(1, 2 trust)
+    assert report.act_strength(metrics, {"trust": True, "trust_act_floor": 0.15}) == pytest.approx((0.2 - 0.15) / (0.5 - 0.15) / 2)  # 0 below the floor
+    assert report.act_strength(metrics, {}) == 1.0  # prior.trust off: nothing scaled the advice
+    pd.DataFrame({"env_step": [1]}).to_csv(metrics, index=False)
+    assert math.isnan(report.act_strength(metrics, {"trust": True}))
 
 
 def test_rl_only_target_reads_the_paired_difference_beside_the_issues_criterion():
