@@ -8,8 +8,8 @@ shows up by name.
     .venv/bin/python benchmarks/crafter_actions.py --episodes 10 --out docs/benchmark/crafter_actions.md \\
         rl_only=results/bench_crafter_replay/rl_only full_adversarial=results/bench_crafter_replay/full_adversarial
 
-Each ``LABEL=FOLDER`` names a folder of ``seed*/`` run directories; runs without a checkpoint are left out with a
-message. Per run: the Crafter score of these episodes, the entropy of the action shares (uniform over Crafter's 17
+Each ``LABEL=FOLDER`` names a folder of ``seed*/`` run directories; runs without a checkpoint, or not finished
+(no ``done`` marker: a resumable run stopped part way), are left out with a message. Per run: the Crafter score of these episodes, the entropy of the action shares (uniform over Crafter's 17
 actions: 2.83 nats) and the three most frequent actions; per group, the mean share of each group's most frequent
 action over its runs.
 """
@@ -87,6 +87,9 @@ def main(argv: list[str] | None = None) -> int:
         for run in sorted(r for r in folder.glob("seed*") if r.is_dir()):
             if not (run / "checkpoint.pt").is_file():
                 print(f"{run}: no checkpoint, left out", file=sys.stderr)
+                continue
+            if not (run / "done").is_file():  # its checkpoint is not its last: it would mix budgets into the group
+                print(f"{run}: unfinished (no done marker), left out", file=sys.stderr)
                 continue
             groups[label].append((run.name, evaluate(run, args.episodes)))
     atomic_write_text(Path(args.out), "\n".join(report(groups, args.episodes)) + "\n")

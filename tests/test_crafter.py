@@ -227,10 +227,16 @@ def test_benchmark_final_evaluation_of_real_runs_with_and_without_the_prior(tmp_
     row = run_eval(EvalOptions(run_dir=str(run), episodes=3, out=str(tmp_path / "e.csv")))
     assert sum(row["action_counts"].values()) == round(row["length_mean"] * 3)
     doc = tmp_path / "actions.md"
+    stopped = out / "full" / "seed7"  # a resumable run stopped part way: its checkpoint is not its last
+    shutil.copytree(out / "full" / "seed0", stopped)
+    (stopped / "done").unlink()
+    capsys.readouterr()
     assert crafter_actions.main(["--episodes", "2", "--out", str(doc), f"rl_only={out / 'rl_only'}",
                                  f"full={out / 'full'}"]) == 0
     text = doc.read_text()
     assert "| rl_only | seed0 | 40 |" in text and "| full | seed0 | 40 |" in text and "| **full** | n = 1 |" in text
+    assert "seed7" not in text and "seed7: unfinished (no done marker), left out" in capsys.readouterr().err
+    shutil.rmtree(stopped)
     with pytest.raises(SystemExit) as bad:
         crafter_actions.main(["--out", str(tmp_path / "x.md"), f"rl_only={tmp_path / 'missing'}"])
     assert bad.value.code == 2 and "expected LABEL=FOLDER" in capsys.readouterr().err
