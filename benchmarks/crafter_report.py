@@ -101,7 +101,8 @@ def act_strength(metrics_csv: Path, prior: dict) -> float:
 
     from lore.prior.trust import act_scale
 
-    if not prior.get("trust", False):
+    prior = prior_settings(prior)
+    if not prior["trust"]:
         return 1.0
     if not metrics_csv.is_file():
         return math.nan
@@ -109,8 +110,8 @@ def act_strength(metrics_csv: Path, prior: dict) -> float:
     values = frame["trust_act_llm"].dropna() if "trust_act_llm" in frame else pd.Series(dtype=float)
     if not len(values):
         return math.nan
-    scale = act_scale(torch.tensor(values.to_numpy(), dtype=torch.float64), float(prior.get("trust_act_floor", 0.0)),
-                      float(prior.get("trust_act_uninformed", 1.0)))
+    scale = act_scale(torch.tensor(values.to_numpy(), dtype=torch.float64), float(prior["trust_act_floor"]),
+                      float(prior["trust_act_uninformed"]))
     return float(scale.mean())
 
 
@@ -148,24 +149,31 @@ def controller_text(cfg: dict) -> str:
     calls = call_settings(cfg)
     if not calls:
         return ""
-    # runs written before prior.absorb_over / trust_familywise / absorb_trust existed had the defaults
-    prior = cfg.get("prior") or {}
-    absorb = prior.get("absorb_over", "advised")
-    trust_in = prior.get("absorb_trust", "loss")
-    width = "family-wise" if prior.get("trust_familywise", False) else "fixed"
-    return (f"{cfg['ablation']}: {calls}, KL absorption averaged over {absorb} states with the trust weighting its "
-            f"{trust_in}, {width} dead zone of the episode evidence{act_trust_text(prior)}")
+    prior = prior_settings(cfg.get("prior") or {})
+    width = "family-wise" if prior["trust_familywise"] else "fixed"
+    return (f"{cfg['ablation']}: {calls}, KL absorption averaged over {prior['absorb_over']} states with the trust "
+            f"weighting its {prior['absorb_trust']}, {width} dead zone of the episode evidence{act_trust_text(prior)}")
+
+
+def prior_settings(prior: dict) -> dict:
+    """A run's ``prior`` section with the settings it predates filled in from :class:`lore.config.PriorConfig`'s
+    defaults (a run written before a setting existed ran with its default)."""
+    from dataclasses import asdict
+
+    from lore.config import PriorConfig
+
+    return {**asdict(PriorConfig()), **prior}
 
 
 def act_trust_text(prior: dict) -> str:
     """How the trust scales advice at act time (empty with ``prior.trust`` off): its evidence, and the share of
-    beta advice acts at before any evidence (runs written before these settings existed had the defaults)."""
-    if not prior.get("trust", False):
+    beta advice acts at before any evidence; ``prior`` as :func:`prior_settings` returns it."""
+    if not prior["trust"]:
         return ""
-    evidence = ("the episode returns alone (harm at face value)" if prior.get("trust_act_evidence") == "returns"
+    evidence = ("the episode returns alone (harm at face value)" if prior["trust_act_evidence"] == "returns"
                 else "the value and the episode evidence")
     return (f"; at act time advice is scaled by a trust read from {evidence} and acts at "
-            f"{prior.get('trust_act_uninformed', 1.0):g} of beta before any evidence")
+            f"{prior['trust_act_uninformed']:g} of beta before any evidence")
 
 
 def setup_text(cfg: dict) -> str:
