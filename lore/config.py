@@ -291,6 +291,13 @@ class PriorConfig:
     adversary caught from returns at 2k env steps had its episode t back at 0 and acted at full strength from ~7k.
     Measured as an overlay (config/trust_episode_acted.yaml): no arm moved beyond noise (DoorKey full_adversarial AUC
     paired -0.012 [-0.051, +0.018], n = 5: there returns never caught the adversary, so nothing was kept)."""
+    trust_episode_strength: bool = False
+    """The advised-vs-control episode comparison counts an advised episode as the share of beta its advice acted at
+    (mean act-time scale over its steps that had advice; 0 without any), and each group forgets per episode of its
+    own, in proportion (lore.prior.trust.EpisodeComparison). trust_episode_acted's all-or-nothing test does not help
+    where episodes are long: on Crafter damped advice still changes a few of several hundred actions, so its episodes,
+    the agent's own play, count in full and wear the harm evidence away (docs/benchmark/crafter_20k_returns.md: 3 of
+    4 adversaries caught from returns were let back at half strength or more). Not measured yet."""
     trust_familywise: bool = False
     """A positive advised-vs-control episode t counts only beyond a dead zone that widens with the run: the
     Bonferroni width over the ~1 + episodes * (1 - decay) nearly independent windows the decayed statistic has

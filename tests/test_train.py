@@ -51,6 +51,7 @@ def test_run_writes_every_output_and_a_second_call_is_a_noop(tmp_path):
     assert metrics["wm_loss"].iloc[-1] == metrics["wm_loss"].iloc[-1]  # the periodic means are kept (not NaN)
     episodes = pd.read_csv(run / "episodes.csv")
     assert {"env_step", "episode", "env_index", "return", "length", "success"} <= set(episodes.columns)
+    assert "control" not in episodes.columns  # rl_only has no prior: no control episodes to tell apart
     before = (run / "eval.csv").read_text()
     again = train(tiny_cfg(), run, show_progress=False)
     assert again.get("already_done") and (run / "eval.csv").read_text() == before
@@ -257,6 +258,12 @@ def test_features_arm_stops_asking_once_its_feature_program_runs(tmp_path):
     train(tiny_cfg("llm.controller.cooldown=5", "llm.controller.cooldown_after_success=5", ablation="full"),
           full, show_progress=False)
     assert len((full / "llm_calls.jsonl").read_text().splitlines()) > 3
+    # its episodes say whether they ran without the prior and at what share of beta their advice acted
+    episodes = pd.read_csv(full / "episodes.csv")
+    assert len(episodes) and set(episodes["control"]) <= {0.0, 1.0}
+    advised = episodes.loc[episodes["control"] == 0, "advice_strength"].dropna()
+    assert len(advised) and advised.between(0.0, 1.0).all()
+    assert episodes.loc[episodes["control"] == 1, "advice_strength"].isna().all()
 
 
 @pytest.mark.parametrize("before", [False, True])

@@ -1114,6 +1114,73 @@ def test_episode_evidence_against_advice_that_stopped_acting_is_kept_with_trust_
     assert bool(layer.acted[0])
 
 
+def test_episode_weight_scales_an_episode_and_its_groups_forgetting():
+    from lore.prior.trust import EpisodeComparison
+
+    whole, half, none = (EpisodeComparison(decay=0.5, per_group=True) for _ in range(3))
+    for cmp, weight in ((whole, 1.0), (half, 0.5), (none, 0.0)):
+        cmp.observe(2.0, control=False)
+        cmp.observe(4.0, control=False, weight=weight)
+    assert whole.stats["advised"][:3] == pytest.approx([0.5 + 1.0, 1.0 + 4.0, 2.0 + 16.0])
+    keep = 0.5 ** 0.5  # half an episode forgets half an episode's worth
+    assert half.stats["advised"][:3] == pytest.approx([keep + 0.5, 2.0 * keep + 2.0, 4.0 * keep + 8.0])
+    assert none.stats["advised"][:3] == [1.0, 2.0, 4.0] and none.observed == 1  # no evidence, no window
+    assert half.stats["control"] == [0.0, 0.0, 0.0, 0.0]  # the other group is untouched per group
+    for bad in (-0.1, 1.5, math.nan):
+        with pytest.raises(ValueError, match="episode weight must be in"):
+            whole.observe(1.0, control=False, weight=bad)
+
+
+def test_harm_evidence_against_damped_advice_is_kept_with_trust_episode_strength():
+    """Crafter's failure under the returns evidence: the adversary is caught and damped, but its long episodes
+    still see a few changed actions, so trust_episode_acted counts them in full and the agent's own play in them
+    wears the harm evidence away. Weighted by the strength advice acted at, they barely count."""
+    advice = one_hot_advice(torch.tensor([0]))
+
+    def run(strength_flag: bool) -> tuple[float, float, list[float]]:
+        layer = PriorLayer(prior_cfg(gate="fixed", trust=True, control_episodes=0.25, trust_step_failures=False,
+                                     trust_act_evidence="returns", trust_episode_acted=True,
+                                     trust_episode_strength=strength_flag), A, num_envs=1)
+        llm, nothing, strengths = torch.full((1,), LLM), torch.zeros(1, dtype=torch.bool), []
+
+        def episode(control: bool, ret: float) -> None:
+            layer.control[0] = control
+            for _ in range(5):  # advice present at every step, and it changed an action
+                layer.act(torch.zeros(1, A), advice, torch.ones(1), None, 0, source=llm, control_drawn=True)
+            layer.observe_steps(torch.tensor([not control]), llm, nothing)
+            record = layer.episode_record(0)
+            assert record["control"] == float(control)
+            assert math.isnan(record["advice_strength"]) if control else 0.0 <= record["advice_strength"] <= 1.0
+            strengths.append(record["advice_strength"])
+            layer.observe_episode(0, ret)
+
+        for i in range(40):  # the advice acts and loses: advised episodes return 0, every other control one 1
+            episode(i % 4 == 0, float(i % 8 == 0))
+        caught = layer.trust.act_value("llm")
+        for i in range(400):  # then both groups are the agent's own play
+            episode(i % 4 == 0, float(i % 3 == 0))
+        return caught, layer.trust.act_value("llm"), strengths
+
+    caught_off, later_off, _ = run(False)
+    caught_on, later_on, strengths = run(True)
+    assert caught_off < 0.15 and caught_on < 0.15  # both catch it
+    assert later_off > 0.35  # counted in full, the damped episodes wear the evidence away (0.40)
+    assert later_on < 0.05  # weighted by their strength, they barely count (0.003)
+    assert strengths[1] == pytest.approx(1.0) and min(s for s in strengths if not math.isnan(s)) < 0.3
+    # the strength of the episode in flight survives a checkpoint, and resets when the episode ends
+    layer = PriorLayer(prior_cfg(gate="fixed", trust=True, control_episodes=0.25), A, num_envs=1)
+    layer.act(torch.zeros(1, A), advice, torch.ones(1), None, 0, source=torch.full((1,), LLM), control_drawn=True)
+    layer.act(torch.zeros(1, A), advice, torch.zeros(1), None, 0, source=torch.full((1,), LLM), control_drawn=True)
+    fresh = PriorLayer(prior_cfg(gate="fixed", trust=True, control_episodes=0.25), A, num_envs=1)
+    fresh.load_state_dict(layer.state_dict())
+    assert fresh.strength.tolist() == [[1.0, 1.0]]  # one step had advice, at full strength
+    fresh.observe_episode(0, 0.0)
+    assert math.isnan(fresh.episode_record(0)["advice_strength"])
+    legacy = {k: v for k, v in layer.state_dict().items() if k != "strength"}
+    fresh.load_state_dict(legacy)  # a checkpoint written before the strength was kept
+    assert fresh.strength.tolist() == [[0.0, 0.0]]
+
+
 def test_trusted_advice_keeps_a_say_where_a_sure_policy_closes_the_gate():
     from lore.prior.gate import trust_floored_beta
 

@@ -172,7 +172,7 @@ CONFIG_COLUMNS = ("train.steps", "train.train_ratio", "model.preset", "eval.ever
                   "advisor.accuracy", "dreamer.unimix", "dreamer.retnorm_low", "dreamer.retnorm_high",
                   "prior.w_entropy", "prior.w_value", "prior.w_disagreement", "dreamer.critic_trunk",
                   "dreamer.uncertainty_head_steps", "prior.trust_act_evidence", "prior.trust_dead_zone",
-                  "prior.trust_act_floor", "prior.trust_act_uninformed", "prior.trust_value_weight", "prior.trust_failures", "prior.trust_model_failures", "prior.trust_step_failures", "prior.trust_episode_acted", "prior.trust_familywise", "prior.gate_trust_floor", "prior.trust_act_pooled",
+                  "prior.trust_act_floor", "prior.trust_act_uninformed", "prior.trust_value_weight", "prior.trust_failures", "prior.trust_model_failures", "prior.trust_step_failures", "prior.trust_episode_acted", "prior.trust_episode_strength", "prior.trust_familywise", "prior.gate_trust_floor", "prior.trust_act_pooled",
                   "prior.control_allocation", "prior.absorb_over", "prior.absorb_trust")
 """Resolved-config fields copied into the run table (as ``cfg_<section>_<field>``) for the paper's setup text."""
 

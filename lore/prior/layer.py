@@ -109,12 +109,15 @@ class PriorLayer:
         self.normalisers = [EMANormalizer(cfg.ema_decay) for _ in UNCERTAINTY_KEYS]
         self.trust = AdviceTrust(cfg.trust_decay, cfg.trust_gain, cfg.trust_dead_zone, cfg.trust_act_evidence,
                                   cfg.trust_failures, cfg.trust_act_pooled, cfg.trust_model_failures,
-                                  cfg.trust_step_failures, cfg.trust_value_weight, cfg.trust_episode_acted,
+                                  cfg.trust_step_failures, cfg.trust_value_weight,
+                                  cfg.trust_episode_acted or cfg.trust_episode_strength,
                                   cfg.trust_familywise)
         self.control = torch.zeros(self.num_envs, dtype=torch.bool)
         """Per env: is the current episode a control episode (prior off throughout)?"""
         self.acted = torch.zeros(self.num_envs, dtype=torch.bool)
         """Per env: has the advice changed an action of the current episode (``prior.trust_episode_acted``)?"""
+        self.strength = torch.zeros(self.num_envs, 2, dtype=torch.float64)
+        """Per env, over the current episode's steps that had advice: [sum of its act-time scale, steps]."""
         self.last_u: torch.Tensor | None = None
         """u(s) [num_envs] of the latest act step (the controller's trigger reads it, not a recomputation)."""
         self.labels: list[tuple[torch.Tensor, int]] = []
@@ -271,12 +274,14 @@ class PriorLayer:
                     beta = beta_max_now * (u_comb.to(device) / self.cfg.gate_full_at).clamp(max=1.0)
                     if self.cfg.gate_trust_floor and self.cfg.trust:
                         beta = trust_floored_beta(beta, beta_max_now, self.absorb_weight(source, batch, device))
-                beta = beta * self.trust_scale(source, batch, device)
+                scale = self.trust_scale(source, batch, device)
+                beta = beta * scale
                 keep = beta_dropout_keep(batch, self.cfg.dropout, generator, device)
                 if stateful:
                     if not control_drawn:
                         self.draw_control_episodes(is_first, generator)
                     keep = keep & ~self.control.to(device)
+                    self._add_strength(scale, mask)
                 beta = beta * keep * (mask > 0)
             beta = beta.to(logits_wm.dtype)
             beta_unbounded = beta
@@ -292,20 +297,43 @@ class PriorLayer:
             self._record_act(logits_wm, logits_mix, beta, beta_unbounded, mask, prior, signals, u_comb, parts)
         return logits_mix, beta
 
+    def _add_strength(self, scale: torch.Tensor, mask: torch.Tensor) -> None:
+        """Fold one act step's act-time scale ``[num_envs]`` into the episode strength of the advised envs that
+        had advice (``mask [num_envs] > 0``); control episodes have none to scale."""
+        had = (mask.reshape(-1) > 0).cpu() & ~self.control
+        self.strength[:, 0] += torch.where(had, scale.detach().double().cpu(), 0.0)
+        self.strength[:, 1] += had.double()
+
+    def episode_record(self, env_index: int) -> dict[str, float]:
+        """What the episode in flight on env ``env_index`` was, for ``episodes.csv`` (read before
+        :meth:`observe_episode`): ``control`` (1: ran without the prior) and ``advice_strength``, the mean
+        act-time scale of beta over its steps that had advice (NaN without any: a control episode, or advice
+        never present), the weight ``prior.trust_episode_strength`` gives the episode."""
+        total, steps = (float(v) for v in self.strength[env_index])
+        return {"control": float(bool(self.control[env_index])),
+                "advice_strength": total / steps if steps > 0 else math.nan}
+
     def observe_episode(self, env_index: int, episode_return: float, failed: bool = False) -> None:
         """An episode of env ``env_index`` ended: its return (and whether it ended in failure, see
         :class:`lore.prior.trust.EpisodeComparison`) is evidence for the trust (advised vs control).
 
         Called before the env's next act step, so ``control`` still describes the episode that ended.
         With ``prior.trust_episode_acted`` an advised episode whose actions the advice never changed is no
-        evidence about the advice and is left out.
+        evidence about the advice and is left out; with ``prior.trust_episode_strength`` an advised episode
+        counts as the share of beta its advice acted at (:meth:`episode_record`), so damped advice neither
+        adds its episodes (the agent's own play) to the advised group nor wears that group's evidence away.
         """
         acted, self.acted[env_index] = bool(self.acted[env_index]), False
+        strength = self.episode_record(env_index)["advice_strength"]
+        self.strength[env_index] = 0.0
         control = bool(self.control[env_index])
         if not control and self.cfg.trust_episode_acted and not acted:
             return
+        weight = 1.0
+        if not control and self.cfg.trust_episode_strength:
+            weight = min(max(strength, 0.0), 1.0) if math.isfinite(strength) else 0.0
         if self.cfg.enabled and self.cfg.trust and self.cfg.control_episodes > 0:
-            self.trust.episodes.observe(float(episode_return), control, bool(failed))
+            self.trust.episodes.observe(float(episode_return), control, bool(failed), weight)
 
     def observe_steps(self, changed: torch.Tensor, source: torch.Tensor, failed: torch.Tensor) -> None:
         """One env step of every env: whether the advice changed the action, its source code and whether the
@@ -615,6 +643,7 @@ class PriorLayer:
             "normalisers": [n.state_dict() for n in self.normalisers],
             "control": self.control.tolist(),
             "acted": self.acted.tolist(),
+            "strength": self.strength.tolist(),
             "trust": self.trust.state_dict(),
             "labels": [(p.tolist(), y) for p, y in self.labels],
             "refits_at_bound": self.refits_at_bound,
@@ -639,6 +668,8 @@ class PriorLayer:
         self.control = control
         # checkpoints written before the flag was kept: the episodes in flight count as acted on
         self.acted = torch.tensor(state.get("acted", [True] * self.num_envs), dtype=torch.bool)
+        # and before the strength was: the episodes in flight start counting it from here
+        self.strength = torch.tensor(state.get("strength", [[0.0, 0.0]] * self.num_envs), dtype=torch.float64)
         self.trust.load_state_dict(state["trust"])
         self.labels = [(torch.tensor(p), int(y)) for p, y in state["labels"]]
         self.refits_at_bound = int(state["refits_at_bound"])

@@ -253,7 +253,7 @@ class EpisodeComparison:
         if not 0.0 <= decay < 1.0:
             raise ValueError(f"episode decay must be in [0, 1), got {decay}")
         self.decay, self.min_episodes, self.min_gap = float(decay), int(min_episodes), float(min_gap)
-        # per_group: each group forgets per episode of its own (prior.trust_episode_acted), so evidence about
+        # per_group: each group forgets per episode of its own (prior.trust_episode_acted / _strength), so evidence about
         # advice that has stopped acting is kept instead of being worn away by the control episodes
         self.per_group = bool(per_group)
         # weight, sum of returns, sum of squared returns, failures
@@ -268,20 +268,28 @@ class EpisodeComparison:
         errs on the side of more windows (a wider dead zone)."""
         return 1.0 + self.observed * (1.0 - self.decay)
 
-    def observe(self, episode_return: float, control: bool, failed: bool = False) -> None:
+    def observe(self, episode_return: float, control: bool, failed: bool = False, weight: float = 1.0) -> None:
+        """One episode of its group, counted as ``weight`` episodes (in [0, 1]; ``prior.trust_episode_strength``:
+        the share of beta its advice acted at). With ``per_group`` its group also forgets ``weight`` episodes' worth
+        (``decay ** weight``), so advice damped to nothing neither adds to nor wears away its group's evidence."""
         if not math.isfinite(episode_return):
+            return
+        if not 0.0 <= weight <= 1.0:
+            raise ValueError(f"episode weight must be in [0, 1], got {weight}")
+        if weight == 0.0:
             return
         self.observed += 1
         own = "control" if control else "advised"
         for name, st in self.stats.items():
             if self.per_group and name != own:
                 continue
-            st[:] = [v * self.decay for v in st]
+            keep = self.decay ** weight if self.per_group else self.decay
+            st[:] = [v * keep for v in st]
             if name == own:
-                st[0] += 1.0
-                st[1] += episode_return
-                st[2] += episode_return * episode_return
-                st[3] += float(bool(failed))
+                st[0] += weight
+                st[1] += weight * episode_return
+                st[2] += weight * episode_return * episode_return
+                st[3] += weight * float(bool(failed))
 
     def failure_z(self) -> float:
         """:func:`failure_z` of the decayed counts; 0 until both groups have ``min_episodes``."""

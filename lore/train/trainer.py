@@ -356,6 +356,7 @@ class Trainer:
                     "env_step": self.env_step, "episode": self.episodes_done, "env_index": i,
                     "return": self.tracker.returns[i], "length": self.tracker.lengths[i],
                     "success": self.tracker.successes[i],
+                    **(self.agent.prior.episode_record(i) if self.agent.prior.cfg.enabled else {}),
                 })
                 self.episodes_done += 1
                 if self.env_step > self.cfg.train.prefill:  # prefill episodes act at random
