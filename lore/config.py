@@ -246,11 +246,11 @@ class PriorConfig:
     ``returns``: the advised-vs-control episode t alone, harm at face value (no dead zone below 0) and
     benefit beyond the dead zone; needs ``control_episodes > 0`` (lore.prior.trust.harm_first). Measured
     with no effect on learning beyond noise (docs/benchmark/trust_act_returns/comparison.md). On Crafter with
-    the LLM asked before each act (docs/benchmark/crafter_20k_returns.md, n = 4) it keeps the good advisor at
+    the LLM asked before each act (docs/benchmark/crafter_20k_returns.md, n = 5) it keeps the good advisor at
     full strength and its lead over rl_only, and damps the adversary to about half of beta on average, but not
     steadily (damped advice makes its episodes look like the control ones, so the harm evidence wears away); the
-    adversary's learned policies ended worse than under ``combined`` on the 50-episode final evaluation (0.86
-    against 1.53, below the random policy's 1.40; not on the 10-episode periodic one), two of four collapsed onto
+    adversary's learned policies ended worse than under ``combined`` on the 50-episode final evaluation (1.03
+    against 1.53, n = 3; the random policy's 1.40; not on the 10-episode periodic one), two of five collapsed onto
     its actions, so ``combined`` stays the default."""
     trust_act_floor: float = 0.0
     """Act-time trust below which advice stops acting: beta scales by clip((trust - floor) / (0.5 - floor), 0, 1)
