@@ -83,6 +83,7 @@ def read_eval(runs: list[Path]) -> pd.DataFrame:
         for name, column in (("lambda_last", "lambda_kl"), ("trust_last", "trust_llm"), ("plan_steps", "llm_plan_steps")):
             frame[name] = last[column] if advised else math.nan
         frame["act_strength"] = act_strength(run / "metrics.csv", cfg.get("prior") or {}) if advised else math.nan
+        frame["advised_gap"] = advised_gap(run / "episodes.csv") if advised else math.nan
         frames.append(frame)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
@@ -113,6 +114,20 @@ def act_strength(metrics_csv: Path, prior: dict) -> float:
     scale = act_scale(torch.tensor(values.to_numpy(), dtype=torch.float64), float(prior["trust_act_floor"]),
                       float(prior["trust_act_uninformed"]))
     return float(scale.mean())
+
+
+def advised_gap(episodes_csv: Path) -> float:
+    """Mean training-episode return of the advised episodes whose advice acted (``control`` 0, an
+    ``advice_strength``) minus that of the control episodes (``control`` 1): the raw gap the advised-vs-control
+    evidence reads. NaN for a run whose episodes.csv predates the two columns, or without one of the groups."""
+    if not episodes_csv.is_file():
+        return math.nan
+    frame = pd.read_csv(episodes_csv)
+    if not {"control", "advice_strength", "return"} <= set(frame.columns):
+        return math.nan
+    advised = frame.loc[(frame["control"] == 0) & frame["advice_strength"].notna(), "return"]
+    control = frame.loc[frame["control"] == 1, "return"]
+    return float(advised.mean() - control.mean()) if len(advised) and len(control) else math.nan
 
 
 def last_logged(metrics_csv: Path, points: dict[str, int]) -> dict[str, float]:
@@ -486,8 +501,8 @@ def report(frame: pd.DataFrame, random: pd.DataFrame, runs_table: pd.DataFrame, 
         "| arm | n | " + " | ".join(f"score @{step_label(b)}" for b in budgets)
         + f" | return @{step_label(last)} | distinct achievements @{step_label(last)} | API calls | plan steps "
         "| env steps/s (train) | actor entropy (last) | advised steps (% of train) | advice strength (mean) "
-        "| KL multiplier λ (last) | trust in the LLM (last) |",
-        "|---|---|" + "---|" * (len(budgets) + 10),
+        "| advised − control return | KL multiplier λ (last) | trust in the LLM (last) |",
+        "|---|---|" + "---|" * (len(budgets) + 11),
     ]
     for arm in [*arms, RANDOM]:
         data = random if arm == RANDOM else frame[frame["ablation"] == arm]
@@ -496,7 +511,7 @@ def report(frame: pd.DataFrame, random: pd.DataFrame, runs_table: pd.DataFrame, 
         final = at_step(data, last)
         scores = [fmt(ci(at_step(data, b)["crafter_score"])) for b in budgets]
         if arm == RANDOM:
-            calls, plans, speed, entropy, advised, strength, lam, trust = "0", "0", "—", "—", "—", "—", "—", "—"
+            calls, plans, speed, entropy, advised, strength, gap, lam, trust = "0", "0", *["—"] * 7
         else:
             group = runs_table[runs_table["ablation"] == arm] if "ablation" in runs_table else pd.DataFrame()
             per_run = data.drop_duplicates("seed")
@@ -506,12 +521,12 @@ def report(frame: pd.DataFrame, random: pd.DataFrame, runs_table: pd.DataFrame, 
             entropy = fmt(ci(per_run["entropy_last"]))
             advised = (fmt(ci(group["prior_mask_frac_avg"]), 1, scale=100.0)
                        if "prior_mask_frac_avg" in group and group["prior_mask_frac_avg"].notna().any() else "—")
-            lam, trust, strength = (per_run_text(per_run, column)
-                                    for column in ("lambda_last", "trust_last", "act_strength"))
+            lam, trust, strength, gap = (per_run_text(per_run, column)
+                                         for column in ("lambda_last", "trust_last", "act_strength", "advised_gap"))
         distinct = distinct_achievements(final)  # per seed: unlocked in any eval episode
         lines.append(f"| {arm} | {final['seed'].nunique()} | {' | '.join(scores)} | "
                      f"{fmt(ci(final['return_mean']))} | {fmt(ci(distinct), 1)} | {calls} | {plans} | {speed} | {entropy} | {advised} "
-                     f"| {strength} | {lam} | {trust} |")
+                     f"| {strength} | {gap} | {lam} | {trust} |")
     lines += ["", "Distinct achievements: how many of the 22 a run unlocked at least once in its evaluation "
               "episodes at that point (mean over seeds). API calls: LLM calls per run that reached the backend (mean, min–max over seeds; the scripted "
               "advisor here). Plan steps: training env steps advised by the rest of a plan the LLM had written "
@@ -523,7 +538,10 @@ def report(frame: pd.DataFrame, random: pd.DataFrame, runs_table: pd.DataFrame, 
               "the share of training env steps on which advice applied (mask 1: an answer for that state or "
               "the next step of a plan still being followed), mean over log points. Advice strength: the share of β the "
               "LLM's answers acted at (1: full strength; below 1 the act-time trust scaled them down, "
-              "`prior.trust_act_evidence` / `trust_act_uninformed`), mean over log points. KL multiplier: the dual "
+              "`prior.trust_act_evidence` / `trust_act_uninformed`), mean over log points. Advised − control return: "
+              "mean return of the training episodes whose advice acted minus that of the control episodes (run "
+              "without the prior), per run (— for runs from before episodes.csv recorded which was which): the raw "
+              "gap the advised-vs-control evidence reads. KL multiplier: the dual "
               "variable of the absorption term at the end of training (mean of its last three logged values; "
               "`prior.absorb_trust` says whether the trust weights the term's loss or its target). Trust in the "
               "LLM: of its answers at the end of training (mean of its last three logged values; 0.5 = no "

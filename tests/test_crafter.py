@@ -367,13 +367,19 @@ def test_report_reads_the_final_evaluation_where_the_benchmark_wrote_it(tmp_path
         frame.loc[: len(frame) // 5 - 1, "trust_act_llm"] = 0.0  # where the trust had switched it off
         strength = 1.0 - (len(frame) // 5) / len(frame)
         frame.to_csv(metrics, index=False)
+        episodes = root / "full" / f"seed{seed}" / "episodes.csv"  # advised episodes return 1 + seed more
+        frame = pd.read_csv(episodes)
+        frame["control"] = (np.arange(len(frame)) % 4 == 0).astype(float)
+        frame["advice_strength"] = np.where(frame["control"] == 1, np.nan, 1.0)
+        frame["return"] = np.where(frame["control"] == 1, 0.0, 1.0 + seed)
+        frame.to_csv(episodes, index=False)
     assert report.main(["--runs-root", str(root), "--out", str(out), "--no-cli"]) == 0
     text = (out / "crafter.md").read_text()
     assert "## Targets (periodic evaluation at 2000 env steps)" in text and "## Final evaluation" not in text
     rows = {line.split(" | ")[0][2:]: line for line in text.splitlines() if line.startswith("| ")}
-    assert rows["rl_only"].endswith("| 0.70 [0.70, 0.70] | — | — | — | — |")  # no LLM: no strength either
-    assert rows["full"].endswith(f"| — | {strength:.2f} [{strength:.2f}, {strength:.2f}] | 0.40 [0.40, 0.40] | "
-                                 "0.90 [0.90, 0.90] |")
+    assert rows["rl_only"].endswith("| 0.70 [0.70, 0.70] | — | — | — | — | — |")  # no LLM: no strength either
+    assert rows["full"].endswith(f"| — | {strength:.2f} [{strength:.2f}, {strength:.2f}] | 1.50 [1.00, 2.00] | "
+                                 "0.40 [0.40, 0.40] | 0.90 [0.90, 0.90] |")
     # the share of advised training steps, from the aggregate's runs table
     pd.DataFrame({"ablation": ["rl_only", "rl_only", "full", "full"], "seed": [0, 1, 0, 1], "llm_calls": [0, 0, 9, 11],
                   "prior_mask_frac_avg": [0.0, 0.0, 0.02, 0.04]}).to_csv(out / "crafter" / "tables" / "runs.csv",
@@ -381,8 +387,8 @@ def test_report_reads_the_final_evaluation_where_the_benchmark_wrote_it(tmp_path
     assert report.main(["--runs-root", str(root), "--out", str(out), "--no-cli"]) == 0
     rows = {line.split(" | ")[0][2:]: line for line in (out / "crafter.md").read_text().splitlines()
             if line.startswith("| ")}
-    assert rows["full"].endswith(f"| 3.0 [2.0, 4.0] | {strength:.2f} [{strength:.2f}, {strength:.2f}] | 0.40 [0.40, 0.40] "
-                                 "| 0.90 [0.90, 0.90] |") and "| 10.0 (9–11) |" in rows["full"]
+    assert rows["full"].endswith(f"| 3.0 [2.0, 4.0] | {strength:.2f} [{strength:.2f}, {strength:.2f}] | 1.50 [1.00, 2.00] "
+                                 "| 0.40 [0.40, 0.40] | 0.90 [0.90, 0.90] |") and "| 10.0 (9–11) |" in rows["full"]
     plans = f"{last_plan_step + 5:.1f} ({last_plan_step}–{last_plan_step + 10})"
     assert f"| 10.0 (9–11) | {plans} |" in rows["full"] and "| 0 | 0 |" in rows["rl_only"]
     for arm in ("rl_only", "full"):  # the final evaluation: the last row again, on 50 episodes, score shifted
@@ -613,6 +619,22 @@ def test_advice_strength_is_the_act_scale_of_the_logged_trust_under_the_runs_own
     assert report.act_strength(metrics, {}) == 1.0  # prior.trust off: nothing scaled the advice
     pd.DataFrame({"env_step": [1]}).to_csv(metrics, index=False)
     assert math.isnan(report.act_strength(metrics, {"trust": True}))
+
+
+def test_advised_gap_compares_episodes_whose_advice_acted_with_the_control_episodes(tmp_path):
+    episodes = tmp_path / "episodes.csv"
+    nan = float("nan")
+    # advised with advice: 3 and 1; control: 0 and 2; an advised episode without advice (prefill) is left out
+    pd.DataFrame({"env_step": [1, 2, 3, 4, 5], "return": [3.0, 1.0, 0.0, 2.0, 9.0],
+                  "control": [0.0, 0.0, 1.0, 1.0, 0.0], "advice_strength": [1.0, 0.2, nan, nan, nan]}
+                 ).to_csv(episodes, index=False)
+    assert report.advised_gap(episodes) == pytest.approx(2.0 - 1.0)
+    pd.DataFrame({"env_step": [1], "return": [1.0], "control": [0.0], "advice_strength": [1.0]}).to_csv(episodes,
+                                                                                                   index=False)
+    assert math.isnan(report.advised_gap(episodes))  # no control episode yet
+    pd.DataFrame({"env_step": [1], "return": [1.0]}).to_csv(episodes, index=False)
+    assert math.isnan(report.advised_gap(episodes))  # a run from before the columns
+    assert math.isnan(report.advised_gap(tmp_path / "missing.csv"))
 
 
 def test_rl_only_target_reads_the_paired_difference_beside_the_issues_criterion():
