@@ -296,8 +296,13 @@ class PriorConfig:
     (mean act-time scale over its steps that had advice; 0 without any), and each group forgets per episode of its
     own, in proportion (lore.prior.trust.EpisodeComparison). trust_episode_acted's all-or-nothing test does not help
     where episodes are long: on Crafter damped advice still changes a few of several hundred actions, so its episodes,
-    the agent's own play, count in full and wear the harm evidence away (docs/benchmark/crafter_20k_returns.md: 3 of
-    4 adversaries caught from returns were let back at half strength or more). Not measured yet."""
+    the agent's own play, count in full and wear the harm evidence away (docs/benchmark/crafter_20k_returns.md: 4 of
+    5 runs caught the adversary from returns and let it back at about half strength or more). Measured there
+    (docs/benchmark/crafter_20k_strength.md, with trust_act_evidence=returns, full_adversarial n = 5): the three runs
+    that caught the adversary held it at about a fifth of its strength or less over the second half, and no learned
+    policy collapsed onto its actions; the final-eval score rose to the random policy's (paired with unweighted +0.36 [-0.01, +0.71]). The two
+    others never judged it harmful (there its advised episodes return only a little less than the control ones: -0.19 per run on average). full: one
+    seed. MiniGrid overlay: config/trust_episode_strength.yaml (not run)."""
     trust_familywise: bool = False
     """A positive advised-vs-control episode t counts only beyond a dead zone that widens with the run: the
     Bonferroni width over the ~1 + episodes * (1 - decay) nearly independent windows the decayed statistic has
