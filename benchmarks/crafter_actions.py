@@ -9,8 +9,8 @@ shows up by name.
         rl_only=results/bench_crafter_replay/rl_only full_adversarial=results/bench_crafter_replay/full_adversarial
 
 Each ``LABEL=FOLDER`` names a folder of ``seed*/`` run directories; runs without a checkpoint, or not finished
-(no ``done`` marker: a resumable run stopped part way), are left out with a message. Per run: the Crafter score of these episodes, the entropy of the action shares (uniform over Crafter's 17
-actions: 2.83 nats) and the three most frequent actions; per group, the mean share of each group's most frequent
+(no ``done`` marker: a resumable run stopped part way), are left out with a message. Per run: the Crafter score
+of these episodes, the entropy of the action shares (uniform over Crafter's 17 actions: 2.83 nats) and the three most frequent actions; per group, the mean share of each group's most frequent
 action over its runs.
 """
 

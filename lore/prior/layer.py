@@ -309,9 +309,12 @@ class PriorLayer:
         :meth:`observe_episode`): ``control`` (1: ran without the prior) and ``advice_strength``, the mean
         act-time scale of beta over its steps that had advice (NaN without any: a control episode, or advice
         never present), the weight ``prior.trust_episode_strength`` gives the episode."""
+        return {"control": float(bool(self.control[env_index])), "advice_strength": self._mean_strength(env_index)}
+
+    def _mean_strength(self, env_index: int) -> float:
+        """Mean act-time scale over the episode in flight's steps that had advice; NaN without any."""
         total, steps = (float(v) for v in self.strength[env_index])
-        return {"control": float(bool(self.control[env_index])),
-                "advice_strength": total / steps if steps > 0 else math.nan}
+        return total / steps if steps > 0 else math.nan
 
     def observe_episode(self, env_index: int, episode_return: float, failed: bool = False) -> None:
         """An episode of env ``env_index`` ended: its return (and whether it ended in failure, see
@@ -324,7 +327,7 @@ class PriorLayer:
         adds its episodes (the agent's own play) to the advised group nor wears that group's evidence away.
         """
         acted, self.acted[env_index] = bool(self.acted[env_index]), False
-        strength = self.episode_record(env_index)["advice_strength"]
+        strength = self._mean_strength(env_index)
         self.strength[env_index] = 0.0
         control = bool(self.control[env_index])
         if not control and self.cfg.trust_episode_acted and not acted:

@@ -253,8 +253,8 @@ class EpisodeComparison:
         if not 0.0 <= decay < 1.0:
             raise ValueError(f"episode decay must be in [0, 1), got {decay}")
         self.decay, self.min_episodes, self.min_gap = float(decay), int(min_episodes), float(min_gap)
-        # per_group: each group forgets per episode of its own (prior.trust_episode_acted / _strength), so evidence about
-        # advice that has stopped acting is kept instead of being worn away by the control episodes
+        # per_group: each group forgets per episode of its own (prior.trust_episode_acted / _strength), so evidence
+        # about advice that has stopped acting is kept instead of being worn away by the control episodes
         self.per_group = bool(per_group)
         # weight, sum of returns, sum of squared returns, failures
         self.stats = {"advised": [0.0, 0.0, 0.0, 0.0], "control": [0.0, 0.0, 0.0, 0.0]}
