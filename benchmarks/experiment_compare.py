@@ -28,7 +28,7 @@ from pathlib import Path
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).parent))
-from crafter_report import FINAL_TABLE, WITH_PRIOR  # noqa: E402
+from crafter_report import FINAL_TABLE, WITH_PRIOR, distinct_achievements  # noqa: E402
 
 from lore.analysis import stats as st  # noqa: E402
 from lore.analysis.aggregate import TRUST_LOW  # noqa: E402
@@ -40,6 +40,7 @@ FINAL_COLUMNS = {"final_eval_score": "Crafter score, final eval", "final_eval_di
 """Columns joined from a report's ``tables/final_eval.csv`` (``crafter_report.py``) where it has one -> label."""
 METRICS = {"auc": "AUC", "sr@2500": "SR @2.5k", "sr@5000": "SR @5k", "final_sr": "final SR",
            "crafter_score": "Crafter score, last periodic eval",
+           "distinct_last": "distinct achievements, last periodic eval",
            "beta_disagree_avg": "β advised, disagree", "beta_agree_avg": "β advised, agree",
            "trust_low_frac": f"share of log points with act-time trust < {TRUST_LOW:g}", "llm_calls": "API calls",
            **FINAL_COLUMNS}
@@ -49,7 +50,7 @@ METRICS = {"auc": "AUC", "sr@2500": "SR @2.5k", "sr@5000": "SR @5k", "final_sr":
 def read_runs(folder: Path) -> pd.DataFrame:
     """A report's ``tables/runs.csv``, with each run's final evaluation joined by (arm, seed) where the report
     wrote ``tables/final_eval.csv``: the only per-run record of it once the raw runs are gone."""
-    runs = pd.read_csv(folder / "tables" / "runs.csv")
+    runs = with_last_distinct(pd.read_csv(folder / "tables" / "runs.csv"), folder / "tables" / "eval_points.csv")
     path = folder / "tables" / FINAL_TABLE
     if not path.is_file():
         return runs
@@ -60,6 +61,17 @@ def read_runs(folder: Path) -> pd.DataFrame:
     for part, columns in ((alone, ["final_eval_score", "final_eval_distinct"]), (prior, ["final_eval_prior_score"])):
         runs = runs.merge(part[["ablation", "seed", *columns]], on=["ablation", "seed"], how="left")
     return runs
+
+
+def with_last_distinct(runs: pd.DataFrame, eval_points: Path) -> pd.DataFrame:
+    """``runs`` with ``distinct_last``: how many achievements a Crafter run's last periodic evaluation unlocked
+    (issue 10's second measure of ``full`` against ``rl_only``), where ``eval_points`` has achievement columns."""
+    points = pd.read_csv(eval_points) if eval_points.is_file() else pd.DataFrame()
+    if not any(c.startswith("ach_") for c in points.columns):
+        return runs
+    last = points.loc[points.groupby(["env", "ablation", "seed"])["env_step"].idxmax()]
+    last = last.assign(distinct_last=distinct_achievements(last))[["env", "ablation", "seed", "distinct_last"]]
+    return runs.merge(last, on=["env", "ablation", "seed"], how="left")
 
 
 def arm_pairs(baseline: pd.DataFrame, experiment: pd.DataFrame, against: str | None = None):
@@ -96,7 +108,8 @@ def comparison_rows(baseline: pd.DataFrame, experiment: pd.DataFrame, seed: int 
     return rows
 
 
-PAIRED_METRICS = {"auc": "AUC", "final_sr": "final SR", "crafter_score": METRICS["crafter_score"], **FINAL_COLUMNS}
+PAIRED_METRICS = {"auc": "AUC", "final_sr": "final SR", "crafter_score": METRICS["crafter_score"],
+                  "distinct_last": METRICS["distinct_last"], **FINAL_COLUMNS}
 
 
 def paired_rows(baseline: pd.DataFrame, experiment: pd.DataFrame, seed: int = 0,

@@ -514,6 +514,45 @@ def test_experiment_comparison_pairs_the_final_evaluation_a_crafter_report_kept(
     assert "final eval" not in paired and "| Crafter score, last periodic eval |" in paired
 
 
+def test_experiment_comparison_counts_the_achievements_of_each_runs_last_periodic_eval(tmp_path):
+    """Issue 10 measures full against rl_only by distinct achievements too: read from eval_points.csv at each
+    run's last eval point (an earlier point's unlocks do not count), paired by seed like the score."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import experiment_compare as cmp
+
+    def report(folder: Path, arm: str, unlocked_last: list[int]) -> Path:
+        (folder / "tables").mkdir(parents=True)
+        pd.DataFrame([{"env": "crafter", "ablation": arm, "seed": s, "crafter_score": 1.0}
+                      for s in range(len(unlocked_last))]).to_csv(folder / "tables" / "runs.csv", index=False)
+        points = []
+        for s, k in enumerate(unlocked_last):
+            # at step 0 every run unlocked 6; at the last point (env step 200) it unlocked k
+            for step, count in ((0, 6), (200, k), (100, 1)):
+                points.append({"env": "crafter", "ablation": arm, "seed": s, "env_step": step,
+                               **{f"ach_{i}": (0.1 if i < count else 0.0) for i in range(8)}})
+        pd.DataFrame(points).to_csv(folder / "tables" / "eval_points.csv", index=False)
+        return folder
+
+    base = report(tmp_path / "base", "rl_only", [2, 3, 4, 2, 3])
+    exp = report(tmp_path / "exp", "full", [4, 5, 6, 4, 5])
+    runs = cmp.read_runs(exp)
+    assert runs.set_index("seed")["distinct_last"].tolist() == [4, 5, 6, 4, 5]
+    assert cmp.main(["--experiment", str(exp), "--baseline", str(base), "--against", "rl_only"]) == 0
+    text = (exp / "comparison_vs_rl_only.md").read_text()
+    label = "distinct achievements, last periodic eval"
+    unpaired = next(r for r in text.split("## Paired by seed")[0].splitlines() if f"| {label} |" in r)
+    assert "| 5 / 5 | 4.800 | 2.800 | +2.000 [" in unpaired
+    paired = next(r for r in text.split("## Paired by seed")[1].splitlines() if f"| {label} |" in r)
+    assert "| 5 | +2.000 [+2.000, +2.000] | higher |" in paired
+    # MiniGrid reports have eval points without achievement columns: no such row
+    (tmp_path / "mg" / "tables").mkdir(parents=True)
+    pd.DataFrame([{"env": "E", "ablation": "a", "seed": 0, "env_step": 0, "success_rate": 0.5}]).to_csv(
+        tmp_path / "mg" / "tables" / "eval_points.csv", index=False)
+    pd.DataFrame([{"env": "E", "ablation": "a", "seed": 0, "auc": 0.5}]).to_csv(
+        tmp_path / "mg" / "tables" / "runs.csv", index=False)
+    assert "distinct_last" not in cmp.read_runs(tmp_path / "mg")
+
+
 def _runs_csv(folder: Path, rows: list[dict]) -> Path:
     (folder / "tables").mkdir(parents=True)
     pd.DataFrame(rows).to_csv(folder / "tables" / "runs.csv", index=False)
