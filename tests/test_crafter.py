@@ -648,3 +648,55 @@ def test_rl_only_target_reads_the_paired_difference_beside_the_issues_criterion(
     lines = report.targets(frame("rl_only", [2.0, 2.2, 2.4]), frame("random", [2.1, 2.3, 1.0]), "test")
     line = next(x for x in lines if x.startswith("- rl_only above random"))
     assert "**not met**" in line and "not above 0 beyond the CI" in line
+
+
+def _targets_report(folder: Path, arms: dict[str, list[tuple[float, int]]], final: dict[str, list[float]] | None = None):
+    """A Crafter report's tables: per arm and seed (score, distinct achievements) at the last eval point."""
+    (folder / "tables").mkdir(parents=True)
+    runs, points = [], []
+    for arm, per_seed in arms.items():
+        for seed, (score, distinct) in enumerate(per_seed):
+            runs.append({"env": "crafter", "ablation": arm, "seed": seed, "crafter_score": score})
+            points.append({"env": "crafter", "ablation": arm, "seed": seed, "env_step": 100,
+                           **{f"ach_{i}": float(i < distinct) for i in range(22)}})
+    pd.DataFrame(runs).to_csv(folder / "tables" / "runs.csv", index=False)
+    pd.DataFrame(points).to_csv(folder / "tables" / "eval_points.csv", index=False)
+    if final:
+        pd.DataFrame([{"ablation": arm, "seed": s, "crafter_score": v, "distinct": 5} for arm, values in final.items()
+                      for s, v in enumerate(values)]).to_csv(folder / "tables" / "final_eval.csv", index=False)
+    return folder
+
+
+def test_crafter_targets_read_each_setting_against_rl_only_paired_by_seed(tmp_path, capsys):
+    import crafter_targets as targets
+
+    base = _targets_report(tmp_path / "n5", {"rl_only": [(1.0, 4), (2.0, 5), (1.5, 4), (3.0, 6), (2.5, 5)]})
+    # seed difficulty (a common offset) would hide these gains unpaired; paired, +0.5 and +1 at every seed
+    good = _targets_report(tmp_path / "good", {
+        "full": [(1.5, 5), (2.5, 6), (2.0, 5), (3.5, 7), (3.0, 6)],
+        "full_adversarial": [(0.5, 3), (1.5, 4), (1.0, 3), (2.5, 5), (2.0, 4)]},
+        final={"full": [2.0] * 5, "random": [1.4] * 5, "full_adversarial": [1.0] * 5})
+    few = _targets_report(tmp_path / "few", {"full": [(1.0, 4), (2.0, 5), (1.5, 4)]})
+    # a higher score with no more achievements: the issue asks for both
+    narrow = _targets_report(tmp_path / "narrow", {"full": [(1.5, 4), (2.5, 5), (2.0, 4), (3.5, 6), (3.0, 5)]})
+    out = tmp_path / "targets.md"
+    assert targets.main(["--baseline", str(base), "--out", str(out), f"dense={good}", f"three={few}",
+                         f"narrow={narrow}"]) == 0
+    rows = {tuple(c.strip() for c in line.split("|")[1:3]): line for line in out.read_text().splitlines()
+            if line.startswith(("| dense", "| three", "| narrow"))}
+    assert rows[("narrow", "full")].endswith("| **not met** |")
+    full = rows[("dense", "full")]
+    assert "| 5 | +0.50 [+0.50, +0.50] | +1.0 [+1.0, +1.0] |" in full and full.endswith("| +0.60 [+0.60, +0.60] | met |")
+    adversarial = rows[("dense", "full_adversarial")]
+    assert "| -0.50 [-0.50, -0.50] |" in adversarial and adversarial.endswith("| **not met** |")
+    assert rows[("three", "full")].endswith("| — | **not met** (n < 5) |")  # no gain, no final eval, n = 3
+    # bad input: named, nothing written
+    out.unlink()
+    for argv, needle in ((["--baseline", str(good), f"x={good}"], "no rl_only runs"),
+                         ([f"x={tmp_path / 'missing'}"], "expected LABEL=FOLDER"),
+                         ([f"x={tmp_path}"], "tables/runs.csv not found")):
+        with pytest.raises(SystemExit) as error:
+            targets.main(["--baseline", str(base), "--out", str(out), *argv] if argv[0] != "--baseline"
+                         else [*argv, "--out", str(out)])
+        assert error.value.code == 2 and needle in capsys.readouterr().err
+    assert not out.exists()
