@@ -650,8 +650,10 @@ def test_rl_only_target_reads_the_paired_difference_beside_the_issues_criterion(
     assert "**not met**" in line and "not above 0 beyond the CI" in line
 
 
-def _targets_report(folder: Path, arms: dict[str, list[tuple[float, int]]], final: dict[str, list[float]] | None = None):
-    """A Crafter report's tables: per arm and seed (score, distinct achievements) at the last eval point."""
+def _targets_report(folder: Path, arms: dict[str, list[tuple[float, int]]],
+                    final: dict[str, list[tuple[float, int]]] | None = None):
+    """A Crafter report's tables: per arm and seed (score, distinct achievements) at the last periodic eval
+    point, and at the final evaluation where ``final`` is given."""
     (folder / "tables").mkdir(parents=True)
     runs, points = [], []
     for arm, per_seed in arms.items():
@@ -662,34 +664,55 @@ def _targets_report(folder: Path, arms: dict[str, list[tuple[float, int]]], fina
     pd.DataFrame(runs).to_csv(folder / "tables" / "runs.csv", index=False)
     pd.DataFrame(points).to_csv(folder / "tables" / "eval_points.csv", index=False)
     if final:
-        pd.DataFrame([{"ablation": arm, "seed": s, "crafter_score": v, "distinct": 5} for arm, values in final.items()
-                      for s, v in enumerate(values)]).to_csv(folder / "tables" / "final_eval.csv", index=False)
+        pd.DataFrame([{"ablation": arm, "seed": s, "crafter_score": v, "distinct": k} for arm, values in final.items()
+                      for s, (v, k) in enumerate(values)]).to_csv(folder / "tables" / "final_eval.csv", index=False)
     return folder
 
 
 def test_crafter_targets_read_each_setting_against_rl_only_paired_by_seed(tmp_path, capsys):
     import crafter_targets as targets
 
-    base = _targets_report(tmp_path / "n5", {"rl_only": [(1.0, 4), (2.0, 5), (1.5, 4), (3.0, 6), (2.5, 5)]})
+    rl_only = [(1.0, 4), (2.0, 5), (1.5, 4), (3.0, 6), (2.5, 5)]
+    base = _targets_report(tmp_path / "n5", {"rl_only": rl_only})
     # seed difficulty (a common offset) would hide these gains unpaired; paired, +0.5 and +1 at every seed
     good = _targets_report(tmp_path / "good", {
         "full": [(1.5, 5), (2.5, 6), (2.0, 5), (3.5, 7), (3.0, 6)],
         "full_adversarial": [(0.5, 3), (1.5, 4), (1.0, 3), (2.5, 5), (2.0, 4)]},
-        final={"full": [2.0] * 5, "random": [1.4] * 5, "full_adversarial": [1.0] * 5})
-    few = _targets_report(tmp_path / "few", {"full": [(1.0, 4), (2.0, 5), (1.5, 4)]})
+        final={"full": [(2.5, 6)] * 5, "random": [(1.4, 4)] * 5, "full_adversarial": [(1.0, 3)] * 5})
+    few = _targets_report(tmp_path / "few", {"full": rl_only[:3]})
     # a higher score with no more achievements: the issue asks for both
-    narrow = _targets_report(tmp_path / "narrow", {"full": [(1.5, 4), (2.5, 5), (2.0, 4), (3.5, 6), (3.0, 5)]})
+    narrow = _targets_report(tmp_path / "narrow", {"full": [(s + 0.5, k) for s, k in rl_only]})
     out = tmp_path / "targets.md"
-    assert targets.main(["--baseline", str(base), "--out", str(out), f"dense={good}", f"three={few}",
-                         f"narrow={narrow}"]) == 0
-    rows = {tuple(c.strip() for c in line.split("|")[1:3]): line for line in out.read_text().splitlines()
-            if line.startswith(("| dense", "| three", "| narrow"))}
-    assert rows[("narrow", "full")].endswith("| **not met** |")
-    full = rows[("dense", "full")]
-    assert "| 5 | +0.50 [+0.50, +0.50] | +1.0 [+1.0, +1.0] |" in full and full.endswith("| +0.60 [+0.60, +0.60] | met |")
-    adversarial = rows[("dense", "full_adversarial")]
-    assert "| -0.50 [-0.50, -0.50] |" in adversarial and adversarial.endswith("| **not met** |")
-    assert rows[("three", "full")].endswith("| — | **not met** (n < 5) |")  # no gain, no final eval, n = 3
+    settings = [f"dense={good}", f"three={few}", f"narrow={narrow}"]
+
+    def rows() -> dict[tuple[str, str], str]:
+        return {tuple(c.strip() for c in line.split("|")[1:3]): line for line in out.read_text().splitlines()
+                if line.startswith(("| dense", "| three", "| narrow"))}
+
+    assert targets.main(["--baseline", str(base), "--out", str(out), *settings]) == 0
+    table = rows()
+    full = table[("dense", "full")]  # the baseline kept no final evaluation: read on the periodic one
+    assert "| 5 | +0.50 [+0.50, +0.50] | +1.0 [+1.0, +1.0] |" in full
+    assert full.endswith("| — | +1.10 [+1.10, +1.10] | met (periodic eval) |")
+    adversarial = table[("dense", "full_adversarial")]
+    assert "| -0.50 [-0.50, -0.50] |" in adversarial and adversarial.endswith("| **not met** (periodic eval) |")
+    assert table[("three", "full")].endswith("| — | — | **not met** (periodic eval, n < 5) |")
+    assert table[("narrow", "full")].endswith("| **not met** (periodic eval) |")
+    assert "whose final evaluation's per-run rows were not kept" in out.read_text()
+    # with rl_only's final evaluation kept per run: the targets are read on it, and the first one too
+    pd.DataFrame([{"ablation": arm, "seed": s, "crafter_score": v, "distinct": k}
+                  for arm, values in {"rl_only": [(1.8 + 0.1 * s, 5) for s in range(5)],
+                                      "random": [(1.4, 4)] * 5}.items()
+                  for s, (v, k) in enumerate(values)]).to_csv(base / "tables" / "final_eval.csv", index=False)
+    assert targets.main(["--baseline", str(base), "--out", str(out), *settings]) == 0
+    table = rows()
+    # full: +0.7 to +0.3 in score and +1 distinct on the final eval; the periodic cells are unchanged
+    assert "| +0.50 [+0.50, +0.50] | +1.0 [+1.0, +1.0] |" in table[("dense", "full")]
+    assert "| +0.50 [+0.3" in table[("dense", "full")] and table[("dense", "full")].endswith("| met (final eval) |")
+    assert table[("dense", "full_adversarial")].endswith("| **not met** (final eval) |")
+    assert table[("narrow", "full")].endswith("| **not met** (periodic eval) |")  # no final eval of its own
+    text = out.read_text()
+    assert "rl_only above random on this baseline's final evaluation: 2.00 [" in text and "**met**" in text
     # bad input: named, nothing written
     out.unlink()
     for argv, needle in ((["--baseline", str(good), f"x={good}"], "no rl_only runs"),
