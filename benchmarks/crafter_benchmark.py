@@ -41,6 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 RUN_CONFIG = REPO / "config" / "crafter_cpu.yaml"
 ARMS = ("rl_only", "full", "full_adversarial")
 RANDOM_DIR = "random_policy"
+"""Folder of the random baseline under ``--out`` (not a training run: no config.yaml, no done)."""
 ADVISORS = ("advisor_good", "advisor_adversarial")
 """The scripted advisor played alone (good / adversarial mode): final evaluation only, beside the random policy."""
 REFERENCES = (RANDOM_DIR, *ADVISORS)
@@ -48,7 +49,6 @@ FINAL_EVAL = "eval_final.csv"
 """The final evaluation's file, in each run directory and each ``random_policy/seed<k>``."""
 FINAL_EVAL_PRIOR = "eval_final_prior.csv"
 """The same with the LLM prior mixed in at act time (``lore eval --with-prior``), for the arms that have one."""
-"""Folder of the random baseline under ``--out`` (not a training run: no config.yaml, no done)."""
 
 
 def jobs(arms: tuple[str, ...], seeds: int) -> list[tuple[str, int]]:
