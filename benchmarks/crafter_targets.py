@@ -82,7 +82,7 @@ def target_rows(settings: dict[str, Path], baseline: pd.DataFrame) -> list[dict]
                                      paired_if(own, base, "final_eval_distinct"))
             on_final = final[3] >= 2
             rows.append({"setting": label, "arm": arm, "n": own["seed"].nunique(), "score": score,
-                         "distinct": distinct, "final_rl_only": final,
+                         "distinct": distinct, "final_rl_only": final, "final_distinct": final_distinct,
                          "score_unpaired": unpaired(own["crafter_score"].dropna(), base["crafter_score"].dropna()),
                          "final_random": final_minus_random(folder, arm),
                          "target": verdict(arm, *((final, final_distinct, "final eval") if on_final
@@ -117,11 +117,12 @@ def markdown(rows: list[dict], baseline: Path, n_baseline: int, settings: dict[s
              "not below rl_only beyond the CI (its paired score CI reaches 0); read on the final evaluation where both "
              "sides kept one per run, else on the periodic one (the cell says which). n = the arm's seeds.", "",
              "| setting | arm | n | score − rl_only (paired) | distinct − rl_only (paired) | score − rl_only "
-             "(unpaired) | final eval − rl_only (paired) | final eval − random | target |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "(unpaired) | final eval − rl_only (paired) | final distinct − rl_only (paired) | final eval − random "
+             "| target |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['setting']} | {r['arm']} | {r['n']} | {signed(r['score'])} | {signed(r['distinct'], 1)} | "
-                     f"{signed(r['score_unpaired'])} | {signed(r['final_rl_only'])} | {signed(r['final_random'])} | "
+                     f"{signed(r['score_unpaired'])} | {signed(r['final_rl_only'])} | {signed(r['final_distinct'], 1)} | "
+                     f"{signed(r['final_random'])} | "
                      f"{r['target']} |")
     lines += ["", "Reports: " + "; ".join(f"{label}: [{folder.name}]({folder.name}.md)"
                                           for label, folder in settings.items()) + ".",

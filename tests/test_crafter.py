@@ -693,10 +693,10 @@ def test_crafter_targets_read_each_setting_against_rl_only_paired_by_seed(tmp_pa
     table = rows()
     full = table[("dense", "full")]  # the baseline kept no final evaluation: read on the periodic one
     assert "| 5 | +0.50 [+0.50, +0.50] | +1.0 [+1.0, +1.0] |" in full
-    assert full.endswith("| — | +1.10 [+1.10, +1.10] | met (periodic eval) |")
+    assert full.endswith("| — | — | +1.10 [+1.10, +1.10] | met (periodic eval) |")
     adversarial = table[("dense", "full_adversarial")]
     assert "| -0.50 [-0.50, -0.50] |" in adversarial and adversarial.endswith("| **not met** (periodic eval) |")
-    assert table[("three", "full")].endswith("| — | — | **not met** (periodic eval, n < 5) |")
+    assert table[("three", "full")].endswith("| — | — | — | **not met** (periodic eval, n < 5) |")
     assert table[("narrow", "full")].endswith("| **not met** (periodic eval) |")
     assert "whose final evaluation's per-run rows were not kept" in out.read_text()
     # with rl_only's final evaluation kept per run: the targets are read on it, and the first one too
@@ -708,7 +708,8 @@ def test_crafter_targets_read_each_setting_against_rl_only_paired_by_seed(tmp_pa
     table = rows()
     # full: +0.7 to +0.3 in score and +1 distinct on the final eval; the periodic cells are unchanged
     assert "| +0.50 [+0.50, +0.50] | +1.0 [+1.0, +1.0] |" in table[("dense", "full")]
-    assert "| +0.50 [+0.3" in table[("dense", "full")] and table[("dense", "full")].endswith("| met (final eval) |")
+    assert "| +0.50 [+0.3" in table[("dense", "full")] and "| +1.0 [+1.0, +1.0] | +1.10 [" in table[("dense", "full")]
+    assert table[("dense", "full")].endswith("| met (final eval) |")
     assert table[("dense", "full_adversarial")].endswith("| **not met** (final eval) |")
     assert table[("narrow", "full")].endswith("| **not met** (periodic eval) |")  # no final eval of its own
     text = out.read_text()
