@@ -23,7 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).parent))
-from crafter_report import FINAL_TABLE, RANDOM, ci, fmt, label_folders, paired, signed  # noqa: E402
+from crafter_report import FINAL_TABLE, RANDOM, above_random, ci, fmt, label_folders, paired, signed  # noqa: E402
 from experiment_compare import read_runs  # noqa: E402
 
 from lore.analysis import stats as st  # noqa: E402
@@ -98,10 +98,10 @@ def first_target(folder: Path) -> str:
     own, rnd = final[final["ablation"] == BASELINE_ARM], final[final["ablation"] == RANDOM]
     if len(own) < 2 or len(rnd) < 2:
         return ""
-    a, b, diff = ci(own["crafter_score"]), ci(rnd["crafter_score"]), paired(own, rnd, "crafter_score")
+    a, b, met, diff, above = above_random(own, rnd)
     return (f"rl_only above random on this baseline's final evaluation: {fmt(a)} (n = {a[3]}) vs {fmt(b)} "
-            f"(n = {b[3]}), CIs {'not ' if a[1] > b[2] else ''}overlapping: **{'met' if a[1] > b[2] else 'not met'}**; "
-            f"paired by seed {signed(diff)} (n = {diff[3]}), {'above' if diff[1] > 0 else 'not above'} 0 beyond the CI.")
+            f"(n = {b[3]}), CIs {'not ' if met else ''}overlapping: **{'met' if met else 'not met'}**; "
+            f"paired by seed {signed(diff)} (n = {diff[3]}), {'above' if above else 'not above'} 0 beyond the CI.")
 
 
 def markdown(rows: list[dict], baseline: Path, n_baseline: int, settings: dict[str, Path], first: str = "") -> str:

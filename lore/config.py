@@ -300,9 +300,11 @@ class PriorConfig:
     5 runs caught the adversary from returns and let it back at about half strength or more). Measured there
     (docs/benchmark/crafter_20k_strength.md, with trust_act_evidence=returns, full_adversarial n = 5): the three runs
     that caught the adversary held it at about a fifth of its strength or less over the second half, and no learned
-    policy collapsed onto its actions; the final-eval score rose to the random policy's (paired with unweighted +0.36 [-0.01, +0.71]). The two
-    others never judged it harmful (there its advised episodes return only a little less than the control ones: -0.19 per run on average). full: one
-    seed. MiniGrid overlay: config/trust_episode_strength.yaml (not run)."""
+    policy collapsed onto its actions; the final-eval score rose to the random policy's (paired with unweighted
+    +0.36 [-0.01, +0.71]) and is not below rl_only's (-0.11 [-0.35, +0.14]). The two others never judged it harmful
+    (there its advised episodes return only a little less than the control ones: -0.19 per run on average). full
+    (n = 5) keeps the good advisor's gain (final eval - rl_only +0.93 [+0.52, +1.37]; docs/benchmark/crafter_targets.md).
+    MiniGrid overlay: config/trust_episode_strength.yaml (not run)."""
     trust_familywise: bool = False
     """A positive advised-vs-control episode t counts only beyond a dead zone that widens with the run: the
     Bonferroni width over the ~1 + episodes * (1 - decay) nearly independent windows the decayed statistic has
