@@ -1,4 +1,4 @@
-"""bf16 autocast and torch.compile against float32 eager: ms per DreamerAgent.train_step (issue 13, item 5).
+"""bf16 autocast and torch.compile against float32 eager: ms per DreamerAgent.train_step.
 
     .venv/bin/python benchmarks/bench_precision.py --device cuda --json out.json     # a GPU, pixel Crafter, preset m
     .venv/bin/python benchmarks/bench_precision.py --device cpu --preset debug --obs symbolic --repeats 3

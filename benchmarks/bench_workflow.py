@@ -1,6 +1,8 @@
-"""Workflow benchmarks (goals from issue 5):
+"""Workflow benchmarks:
 
 1. dry run of the 132-job paper grid (config/paper.yaml)               goal <= 5 s
+   dry run of the benchmark with every declared experiment
+   (config/benchmark.yaml, --config experiment=all)                      goal <= 10 s
 2. aggregate + statistics + figures + paper macros over 132 synthetic
    run directories (2 envs x 11 ablations x 6 seeds)                     goal <= 60 s
 3. (--main-job) wall time of the default main job, config/config.yaml,
@@ -42,6 +44,25 @@ def bench_dry_run(repeats: int = 3) -> dict:
                 raise RuntimeError(proc.stderr[-3000:])
     return {"paper_grid_dry_run_s": round(statistics.median(times), 2), "runs": [round(t, 2) for t in times],
             "goal_s": 5}
+
+
+def bench_experiments_dry_run(repeats: int = 3) -> dict:
+    """The benchmark's config with every declaration of config/experiments/ planned (runs identified by config)."""
+    import shutil
+
+    times, jobs = [], None
+    for _ in range(repeats):
+        with tempfile.TemporaryDirectory() as tmp:
+            shutil.copytree(REPO / "config", Path(tmp) / "config")
+            start = time.perf_counter()
+            proc = snakemake(Path(tmp), Path(tmp) / "config" / "benchmark.yaml", "-n", "--config", "experiment=all",
+                             timeout=300)
+            times.append(time.perf_counter() - start)
+            if proc.returncode != 0:
+                raise RuntimeError(proc.stderr[-3000:])
+            jobs = next((int(line.split()[-1]) for line in proc.stdout.splitlines() if line.startswith("total")), None)
+    return {"experiments_dry_run_s": round(statistics.median(times), 2), "runs": [round(t, 2) for t in times],
+            "jobs": jobs, "goal_s": 10}
 
 
 def bench_analysis() -> dict:
@@ -98,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--main-job", action="store_true", help="also time the default main job (~30 min)")
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args(argv)
-    results = {"dry_run": bench_dry_run(), "analysis": bench_analysis()}
+    results = {"dry_run": bench_dry_run(), "experiments_dry_run": bench_experiments_dry_run(),
+               "analysis": bench_analysis()}
     if args.main_job:
         results["main_job"] = bench_main_job()
     text = json.dumps(results, indent=2)

@@ -1,4 +1,4 @@
-"""Write docs/benchmark/gpu/README.md from the raw outputs of benchmarks/gpu_crafter.sh (issues 10 and 13).
+"""Write docs/benchmark/gpu/README.md from the raw outputs of benchmarks/gpu_crafter.sh.
 
     .venv/bin/python benchmarks/gpu_report.py [--dir docs/benchmark/gpu]
 

@@ -18,7 +18,7 @@ gymnasium and pytest (but never ``lore``), which makes a mutant cost ~2 s of CPU
 asserts that ``lore`` was imported from the scratch copy. The per-mutant limit counts CPU seconds, so
 a run starved by other jobs on a shared machine is not mistaken for a mutant that hangs.
 
-Two groups: ``main`` (the issue-13 list, written before the ingredient tests) and ``heldout``
+Two groups: ``main`` (the list written before the ingredient tests) and ``heldout``
 (written after them, to estimate how well the tests catch errors they were not tailored to).
 Scores and the surviving (equivalent) mutants are in docs/testing.md.
 
@@ -75,7 +75,7 @@ class Mutant:
     old: str           # exact source snippet ...
     new: str           # ... and its replacement
     occurrence: int = 0  # 0: ``old`` must occur exactly once; k >= 1: replace the k-th occurrence
-    group: str = "main"  # "main": the issue-13 list; "heldout": written after the tests (see HELDOUT); "fast": FAST;
+    group: str = "main"  # "main": the list written before the tests; "heldout": written after the tests (see HELDOUT); "fast": FAST;
     # "prior": PRIOR
 
     def apply(self, text: str) -> str:
@@ -353,8 +353,8 @@ MUTANTS: list[Mutant] = [
     M("agent.slow_critic_full_copy", "ema_update_(self.slow_critic, self.critic, d.slow_critic_fraction)",
       "ema_update_(self.slow_critic, self.critic, 1.0)"),
     M("agent.slow_critic_never_updated", "if self.nonfinite_skips == critic_skips:", "if False:"),
-    M("agent.imagination_greedy", "return F.one_hot((sample_logits + noise).argmax(-1), self.num_actions).float()",
-      "return F.one_hot(sample_logits.argmax(-1), self.num_actions).float()"),
+    M("agent.imagination_greedy", "return F.one_hot((logits.detach() + noise).argmax(-1), self.num_actions).float()",
+      "return F.one_hot(logits.detach().argmax(-1), self.num_actions).float()"),
     M("agent.wm_lr_from_ac", "lr=d.wm_lr, eps=d.wm_eps", "lr=d.ac_lr, eps=d.wm_eps"),
     M("agent.actor_eps_from_wm", "self.actor.parameters(), lr=d.ac_lr, eps=d.ac_eps",
       "self.actor.parameters(), lr=d.ac_lr, eps=d.wm_eps"),
@@ -452,8 +452,8 @@ HELDOUT: list[Mutant] = [
     H("config.value_bootstrap", "value_bootstrap: float = 0.5", "value_bootstrap: float = 1.0"),
 ]
 
-# Fast paths: the one-hot first layers, the fused critic loss and the shared critic trunk (issue 13's
-# "uncertainty at almost no extra cost"). Each must give the dense / plain numbers; a mutant that breaks
+# Fast paths: the one-hot first layers, the fused critic loss and the shared critic trunk
+# ("uncertainty at almost no extra cost"). Each must give the dense / plain numbers; a mutant that breaks
 # that equality (or a gradient) must fail a test. Run against the dreamer tests plus test_trust_gate.py,
 # which holds the shared-trunk critic's tests (``--tests`` adds files).
 FAST: list[Mutant] = [
@@ -506,14 +506,12 @@ FAST: list[Mutant] = [
       group="fast"),
     M("agent.ensemble_always_trained", "self.wm.train_ensemble = self.reads_disagreement",
       "self.wm.train_ensemble = True", group="fast"),
-    M("agent.disagreement_never_read", "p.enabled and p.gate == \"uncertainty\" and p.w_disagreement > 0",
-      "p.enabled and p.gate == \"uncertainty\" and p.w_disagreement > 1e9", group="fast"),
     M("layer.uncomputed_part_reported", "parts = [part if bool(torch.isfinite(signal).any()) else",
       "parts = [part if True else", group="fast"),
 ]
 
 
-# The advice trust (issue 9): its maths in lore/prior/trust.py and where PriorLayer applies it. Written after
+# The advice trust: its maths in lore/prior/trust.py and where PriorLayer applies it. Written after
 # the trust tests; run against the same test files (test_trust_gate.py holds the trust tests).
 PRIOR: list[Mutant] = [
     M("trust.value_z_sign", "return ((advised - mean) / (std + min_gap))", "return ((mean - advised) / (std + min_gap))",
@@ -526,30 +524,18 @@ PRIOR: list[Mutant] = [
       "return best, unanimous", group="prior"),
     M("trust.no_gain", "x = max(min(gain * mean_z, 60.0), -60.0)", "x = max(min(mean_z, 60.0), -60.0)", group="prior"),
     M("trust.no_dead_zone", "return math.copysign(max(abs(t) - width, 0.0), t)", "return t", group="prior"),
-    M("trust.harm_first_symmetric", "return t if t < 0 else dead_zone(t, width)", "return dead_zone(t, width)",
-      group="prior"),
-    M("trust.harm_first_no_dead_zone", "return t if t < 0 else dead_zone(t, width)", "return t", group="prior"),
-    M("trust.familywise_not_divided", "return normal.inv_cdf(1.0 - normal.cdf(-width) / windows)",
-      "return normal.inv_cdf(1.0 - normal.cdf(-width))", group="prior"),
-    M("trust.familywise_on_harm", "width = self.benefit_width() if t > 0 else self.episode_dead_zone",
-      "width = self.benefit_width()", group="prior"),
-    M("trust.familywise_ignored", "return familywise_width(self.episode_dead_zone, self.episodes.windows())",
-      "return self.episode_dead_zone", group="prior"),
-    M("trust.windows_not_counted", "self.observed += 1", "self.observed += 0", group="prior"),
-    M("trust.windows_lost_on_load", 'self.observed = int(state.get("observed", 0))', "self.observed = 0",
-      group="prior"),
     M("trust.pooled_variance_drops_control",
       "within = max(qa - wa * ma * ma, 0.0) + max(qc - wc * mc * mc, 0.0)", "within = max(qa - wa * ma * ma, 0.0)",
       group="prior"),
-    M("trust.failures_no_minimum_episodes", "if min(wa, wc) < self.min_episodes - 1e-6:", "if min(wa, wc) < 1e-6:",
-      group="prior", occurrence=1),
     M("trust.no_minimum_episodes", "if min(wa, wc) < self.min_episodes - 1e-6:", "if min(wa, wc) < 1e-6:",
-      group="prior", occurrence=2),
-    M("trust.episodes_all_advised", 'own = "control" if control else "advised"', 'own = "advised"', group="prior"),
-    M("trust.ema_not_bias_corrected", "return 0.0 if count == 0 else ema / (1.0 - decay ** count)",
-      "return 0.0 if count == 0 else ema", group="prior"),
+      group="prior"),
+    M("trust.episodes_all_advised", 'st = self.stats["control" if control else "advised"]',
+      'st = self.stats["advised"]', group="prior"),
+    M("trust.ema_not_bias_corrected",
+      "return 0.0 if self._count[name] == 0 else self._ema[name] / (1.0 - self.decay ** self._count[name])",
+      "return 0.0 if self._count[name] == 0 else self._ema[name]", group="prior"),
     M("trust.episode_evidence_ignored",
-      "return (self.value_weight * self.mean_z(name) + self.episode_evidence(symmetric=True)",
+      "return (self.value_weight * self.mean_z(name) + dead_zone(self.episodes.t_statistic(), self.episode_dead_zone)",
       "return (self.value_weight * self.mean_z(name) + 0.0", group="prior"),
     M("trust.failure_z_sign", "return (failed_ctrl / n_ctrl - failed_adv / n_adv) / se",
       "return (failed_adv / n_adv - failed_ctrl / n_ctrl) / se", group="prior"),
@@ -557,32 +543,21 @@ PRIOR: list[Mutant] = [
       "pooled = (failed_adv + failed_ctrl) / (n_adv + n_ctrl)", group="prior"),
     M("trust.harm_only_credits_benefit", "return min(dead_zone(z, width), 0.0)", "return dead_zone(z, width)",
       group="prior"),
-    M("trust.failures_always_count", "if self.failures else 0.0", "if True else 0.0", group="prior"),
-    M("trust.failures_not_counted", "st[3] += float(bool(failed))", "st[3] += 0.0", group="prior"),
     M("trust.truncation_is_failure", "return bool(terminated) and float(last_reward) <= 0.0",
       "return float(last_reward) <= 0.0", group="prior"),
-    M("trust.act_scale_unclamped", "below = uninformed * ((trust - floor) / (0.5 - floor)).clamp(min=0.0)",
-      "below = uninformed * ((trust - floor) / (0.5 - floor))", group="prior"),
-    M("trust.act_scale_ignores_floor", "below = uninformed * ((trust - floor) / (0.5 - floor)).clamp(min=0.0)",
-      "below = uninformed * (trust / 0.5).clamp(min=0.0)", group="prior"),
-    M("trust.act_value_always_combined", 'if self.act_evidence == "combined":', "if True:", group="prior"),
-    M("trust.act_rows_read_absorption_trust", "trust_of = self.act_value if act else self.value",
-      "trust_of = self.value", group="prior"),
-    M("trust.rows_without_advice_scaled", "table = torch.tensor([1.0] + [trust_of(n) for n in ADVICE_SOURCES]",
-      "table = torch.tensor([0.5] + [trust_of(n) for n in ADVICE_SOURCES]", group="prior"),
-    M("layer.trust_scale_reads_absorption_trust",
-      "return act_scale(self._trust_per_row(source, batch, device, act=True), self.cfg.trust_act_floor,",
-      "return act_scale(self._trust_per_row(source, batch, device), self.cfg.trust_act_floor,", group="prior"),
+    M("trust.act_scale_unclamped", "return (2.0 * trust).clamp(max=1.0)", "return 2.0 * trust", group="prior"),
+    M("trust.rows_without_advice_scaled", "table = torch.tensor([1.0] + [self.value(n) for n in ADVICE_SOURCES]",
+      "table = torch.tensor([0.5] + [self.value(n) for n in ADVICE_SOURCES]", group="prior"),
     M("layer.absorb_uninformed_advice", "return (2.0 * self._trust_per_row(source, rows, device) - 1.0).clamp(0.0, 1.0)",
       "return (2.0 * self._trust_per_row(source, rows, device)).clamp(0.0, 1.0)", group="prior"),
-    M("layer.tilt_ignores_trust", "tilt = beta * weight if tilt_by_trust else beta", "tilt = beta", group="prior"),
-    M("layer.tilt_weights_loss_too", "loss = self.lambda_kl * absorption_mean(torch.relu(kl - self.cfg.kl_delta), mask,",
-      "loss = self.lambda_kl * absorption_mean(torch.relu(kl - self.cfg.kl_delta) * weight, mask,", group="prior"),
     M("layer.absorption_target_not_detached",
-      "target = mix_logits(logits, prior, tilt.to(logits.dtype), self.temperature).detach()",
-      "target = mix_logits(logits, prior, tilt.to(logits.dtype), self.temperature)", group="prior"),
-    M("layer.tilt_dual_sees_delta", "kl_mix_wm = (masked_mean(kl.detach(), mask) if bool((mask > 0).any())",
-      "kl_mix_wm = (self.cfg.kl_delta + masked_mean(kl.detach(), mask) if bool((mask > 0).any())", group="prior"),
+      "target = mix_logits(logits, prior, beta.to(logits.dtype), self.temperature).detach()",
+      "target = mix_logits(logits, prior, beta.to(logits.dtype), self.temperature)", group="prior"),
+    M("layer.absorb_weight_ignored", "loss = self.lambda_kl * masked_mean(torch.relu(kl - self.cfg.kl_delta) * weight, mask)",
+      "loss = self.lambda_kl * masked_mean(torch.relu(kl - self.cfg.kl_delta), mask)", group="prior"),
+    M("layer.trust_scale_ignored", "beta = beta * self.trust_scale(source, batch, device)", "beta = beta * 1.0",
+      group="prior"),
+    M("layer.gate_reads_value_spread", "return parts[0], parts", "return parts[1], parts", group="prior"),
 ]
 
 
@@ -798,7 +773,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", nargs="*", default=None, help="run mutants whose name contains any of these")
     parser.add_argument("--group", choices=("main", "heldout", "fast", "prior", "all"), default="all",
-                        help="main: the issue-13 list; heldout: mutants written after the tests; all: both")
+                        help="main: mutants written before the tests; heldout: mutants written after the tests; all: both")
     parser.add_argument("--list", action="store_true", help="list the mutants, validate the snippets and exit")
     parser.add_argument("--tests", nargs="*", default=list(DEFAULT_TESTS), help="test files to run per mutant")
     parser.add_argument("--no-fork", action="store_true", help="a fresh python subprocess per mutant (slower)")

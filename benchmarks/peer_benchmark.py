@@ -16,7 +16,7 @@ as the ``full`` ablation configures it by default ("full"), its variants "gate3"
 7 actions, batch 16x64 and imagination from all 1,024 posterior states (horizon 15). The parent
 sends "step" to one process at a time, round-robin with the order rotated every round, so load from
 the rest of the machine hits every agent alike; ratios are formed within a round and summarised by
-their median and interquartile range. Wall time is the headline (the issue's measure); CPU time
+their median and interquartile range. Wall time is the headline; CPU time
 of the process is printed beside it, since it is far less sensitive to a busy machine.
 
 It is a benchmark, not a test: CI never runs it.

@@ -1,0 +1,336 @@
+"""Declared experiments: checking declarations, planning by run identity, paired comparison, verdict, log."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from workflow_helpers import REPO, job_counts, run_snakemake
+
+from lore.analysis import experiments as ex
+
+DOORKEY = "MiniGrid-DoorKey-5x5-v0"
+DATA = REPO / "tests" / "data" / "comparisons"
+
+
+def _workdir(tmp_path: Path, declarations: dict[str, dict]) -> Path:
+    """A scratch project: the repository's config/ (workflow configs) and the given declarations only."""
+    root = tmp_path / "project"
+    shutil.copytree(REPO / "config", root / "config", ignore=shutil.ignore_patterns("experiments"))
+    (root / "config" / "experiments").mkdir()
+    for name, data in declarations.items():
+        (root / "config" / "experiments" / f"{name}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    return root
+
+
+def _decl(**changes) -> dict:
+    data = {"question": "Does a smaller beta_max change the full method's success?",
+            "base": "config/config.yaml",
+            "grid": {"envs": [DOORKEY], "seeds": [0, 1]},
+            "arms": {"rl_only": {"reference": True}, "full_half": {"ablation": "full",
+                                                                    "settings": {"prior.beta_max": 0.5}}},
+            "compare": [{"arm": "full_half", "vs": "rl_only"}],
+            "metrics": ["auc", "final_sr"],
+            "decision": {"rule": "adopt", "require": [{"arm": "full_half", "vs": "rl_only", "metric": "auc",
+                                                       "test": "above"}]}}
+    data.update(changes)
+    return data
+
+
+def _finish(run: ex.PlannedRun, folder: Path, root: Path, eval_sr: list[float] | None = None) -> Path:
+    """A finished synthetic run whose config.yaml is the planned run's resolved config."""
+    from lore.analysis.synthetic import SyntheticRun, write_run
+    from lore.config import build_config, save_config
+
+    overrides = [f"{k}={json.dumps(v)}" for k, v in run.overrides] + [f"seed={run.seed}"]
+    cfg = build_config(None, overrides, run.ablation)
+    write_run(folder, SyntheticRun(env=run.env, ablation=run.ablation, seed=run.seed, steps=cfg.train.steps,
+                                   eval_every=cfg.eval.every, eval_sr=eval_sr))
+    save_config(cfg, folder / "config.yaml")
+    return folder
+
+
+# --------------------------------------------------------------------------- identity and planning
+
+
+def test_run_key_ignores_the_seed_and_cache_paths_but_not_a_setting(tmp_path):
+    from lore.config import build_config, to_dict
+
+    def key(*overrides):
+        return ex.run_key("full", to_dict(build_config(None, list(overrides), "full")))
+
+    assert key("seed=1") == key("seed=2") == key("seed=3", "llm.cache_path=elsewhere.sqlite")
+    assert key("prior.beta_max=0.5") != key()
+    assert key().startswith("full-") and len(key()) == len("full-") + 10
+
+
+def test_a_run_is_found_by_its_identity_wherever_it_finished_and_shared_with_another_experiment(tmp_path):
+    root = _workdir(tmp_path, {"exp_a": _decl(),
+                               "exp_b": _decl(baseline="exp_a",
+                                              arms={"full_quarter": {"ablation": "full",
+                                                                     "settings": {"prior.beta_max": 0.25}}},
+                                              compare=[{"arm": "full_quarter", "vs": "baseline:rl_only"}],
+                                              decision={"rule": "adopt", "require": [
+                                                  {"arm": "full_quarter", "vs": "baseline:rl_only",
+                                                   "metric": "auc", "test": "not_below"}]})})
+    a = ex.load_declaration("exp_a", root)
+    planned = {(r.arm, r.seed): r for r in ex.plan(a, root)}
+    assert set(planned) == {("rl_only", 0), ("rl_only", 1), ("full_half", 0), ("full_half", 1)}
+    # two runs finished somewhere else under results/ (e.g. by another grid)
+    elsewhere = _finish(planned[("rl_only", 0)], root / "results" / "other" / "r0", root)
+    _finish(planned[("full_half", 1)], root / "results" / "other" / "f1", root)
+    found = {(r.arm, r.seed): folder for r, folder in ex.run_dirs(a, root)}
+    assert found[("rl_only", 0)] == elsewhere
+    assert found[("full_half", 1)] == root / "results" / "other" / "f1"
+    assert found[("rl_only", 1)] == planned[("rl_only", 1)].default_dir(root)
+    # exp_b's baseline rl_only is exp_a's rl_only: the same identity, so the same run
+    b = {(r.arm, r.seed): (r, folder) for r, folder in ex.run_dirs(ex.load_declaration("exp_b", root), root)}
+    assert b[("baseline:rl_only", 0)][1] == elsewhere
+    assert b[("baseline:rl_only", 1)][0].key == planned[("rl_only", 1)].key
+    # a setting that differs makes a different run
+    assert b[("full_quarter", 0)][0].key != planned[("full_half", 0)].key
+
+
+def test_the_dry_run_trains_only_the_missing_runs_and_shares_runs_between_experiments(tmp_path):
+    root = _workdir(tmp_path, {"exp_a": _decl(),
+                               "exp_b": _decl(arms={"rl_only": {"reference": True},
+                                                    "full_quarter": {"ablation": "full",
+                                                                     "settings": {"prior.beta_max": 0.25}}},
+                                              compare=[{"arm": "full_quarter", "vs": "rl_only"}],
+                                              decision={"rule": "adopt", "require": [
+                                                  {"arm": "full_quarter", "vs": "rl_only", "metric": "auc",
+                                                   "test": "above"}]})})
+    a = {(r.arm, r.seed): r for r in ex.plan(ex.load_declaration("exp_a", root), root)}
+    _finish(a[("rl_only", 0)], root / "results" / "runs" / "somewhere" / "seed0", root)
+    _finish(a[("full_half", 1)], a[("full_half", 1)].default_dir(root), root)
+    proc = run_snakemake(root, "-n", "--config", "experiment=exp_a", timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    counts = job_counts(proc.stdout)
+    assert counts["train_experiment"] == 2 and counts["experiment_compare"] == 1 and counts["experiment_log"] == 1
+    assert "train" not in counts  # the main grid is not run
+    both = run_snakemake(root, "-n", "--config", "experiment=exp_a,exp_b", timeout=180)
+    assert both.returncode == 0, both.stderr[-3000:]
+    # exp_b: 2 full_quarter + its rl_only, which is exp_a's (seed 0 done, seed 1 planned once for both)
+    assert job_counts(both.stdout)["train_experiment"] == 2 + 2
+    assert not (root / ex.RESULTS_DIR / "exp_a").exists() and not (root / ex.LOG).exists()
+
+
+# --------------------------------------------------------------------------- comparison and verdict
+
+
+def _seed_values(table: pd.DataFrame, env: str, arm: str, metric: str) -> dict[int, float]:
+    rows = table[(table["env"] == env) & (table["ablation"] == arm)]
+    return dict(zip(rows["seed"], rows[metric], strict=True))
+
+
+def _rounded(result: dict) -> tuple:
+    return tuple(round(result[k], 3) for k in ("difference", "low", "high")) + (result["n_paired"],)
+
+
+@pytest.mark.parametrize(("env", "arm", "metric", "expected"), [
+    # an earlier MiniGrid comparison (a trust setting against the benchmark's runs), paired by seed
+    ("MiniGrid-DoorKey-5x5-v0", "full_adversarial", "auc", (0.010, 0.003, 0.018, 5)),
+    ("MiniGrid-DoorKey-5x5-v0", "full_adversarial", "final_sr", (0.080, 0.020, 0.140, 5)),
+    ("MiniGrid-LavaGapS5-v0", "full", "auc", (-0.007, -0.066, 0.052, 5)),
+    ("MiniGrid-LavaGapS5-v0", "full", "final_sr", (0.070, -0.050, 0.180, 5)),
+])
+def test_the_comparison_reproduces_a_committed_minigrid_comparison(env, arm, metric, expected):
+    x, y = pd.read_csv(DATA / "minigrid_experiment_runs.csv"), pd.read_csv(DATA / "minigrid_baseline_runs.csv")
+    result = ex.compare_pair(_seed_values(x, env, arm, metric), _seed_values(y, env, arm, metric))
+    assert _rounded(result) == pytest.approx(expected)
+    assert result["n_arm"] == result["n_vs"] == 5
+
+
+@pytest.mark.parametrize(("arm", "metric", "expected", "p_improvement"), [
+    # an earlier Crafter comparison (full and full_adversarial against rl_only), paired by seed
+    ("full", "auc", (0.046, 0.030, 0.062, 5), 1.00),
+    ("full", "crafter_score", (0.511, 0.020, 1.002, 5), 0.76),
+    ("full", "distinct", (0.800, -0.200, 2.000, 5), 0.72),
+    ("full_adversarial", "crafter_score", (-0.376, -0.791, -0.020, 5), 0.16),
+    ("full_adversarial", "distinct", (-0.800, -2.400, 0.600, 5), 0.30),
+])
+def test_the_comparison_reproduces_a_committed_crafter_comparison(arm, metric, expected, p_improvement):
+    def values(prefix: str, ablation: str) -> dict[int, float]:
+        if metric != "distinct":
+            return _seed_values(pd.read_csv(DATA / f"{prefix}_runs.csv"), "crafter", ablation, metric)
+        points = pd.read_csv(DATA / f"{prefix}_eval_points.csv")
+        points = points[points["ablation"] == ablation]
+        return {int(seed): ex.distinct_at_last_eval(group.reset_index(drop=True))
+                for seed, group in points.groupby("seed")}
+
+    result = ex.compare_pair(values("crafter_experiment", arm), values("crafter_baseline", "rl_only"))
+    assert _rounded(result) == pytest.approx(expected)
+    assert round(result["p_improvement"], 2) == pytest.approx(p_improvement)
+
+
+def _metrics(rows: dict[str, list[float]], env: str = DOORKEY) -> pd.DataFrame:
+    return pd.DataFrame([{"env": env, "arm": arm, "seed": s, "auc": v, "final_sr": v}
+                         for arm, values in rows.items() for s, v in enumerate(values)])
+
+
+def _select_decl(root: Path) -> ex.Declaration:
+    arms = {"rl_only": {}, "a": {"ablation": "kl"}, "a_adv": {"ablation": "kl_adversarial"},
+            "b": {"ablation": "full"}, "b_adv": {"ablation": "full_adversarial"}}
+    data = _decl(arms=arms, grid={"envs": [DOORKEY], "seeds": [0, 1, 2, 3, 4]}, compare=[],
+                 decision={"rule": "select", "candidates": {"a": {"good": "a", "adversarial": "a_adv", "mechanisms": 2},
+                                                            "b": {"good": "b", "adversarial": "b_adv", "mechanisms": 5}},
+                           "require": [{"role": "adversarial", "vs": "rl_only", "metric": "auc", "test": "not_below"}],
+                           "score": {"role": "good", "metric": "auc"}, "tie": 0.01})
+    _workdir(root, {"sel": data})
+    return ex.load_declaration("sel", root / "project")
+
+
+@pytest.mark.parametrize(("a", "b", "b_adv", "winner"), [
+    ([0.50, 0.52, 0.55, 0.51, 0.53], [0.60, 0.62, 0.65, 0.61, 0.63], [0.20, 0.22, 0.21, 0.20, 0.23], "select b"),
+    # b is best but within the tie of a: the fewer mechanisms win
+    ([0.600, 0.62, 0.65, 0.61, 0.63], [0.605, 0.625, 0.655, 0.615, 0.635], [0.20, 0.22, 0.21, 0.20, 0.23],
+     "select a"),
+    # b's adversarial arm is below rl_only beyond the CI: b is not eligible
+    ([0.50, 0.52, 0.55, 0.51, 0.53], [0.60, 0.62, 0.65, 0.61, 0.63], [0.05, 0.06, 0.04, 0.05, 0.06], "select a"),
+])
+def test_the_select_rule_reads_the_paired_cis_and_breaks_ties_towards_fewer_mechanisms(tmp_path, a, b, b_adv, winner):
+    decl = _select_decl(tmp_path)
+    rl = [0.20, 0.21, 0.22, 0.20, 0.21]
+    metrics = _metrics({"rl_only": rl, "a": a, "a_adv": [v + 0.01 for v in rl], "b": b, "b_adv": b_adv})
+    table = ex.comparison_table(decl, metrics)
+    assert ex.verdict(decl, table, metrics)["verdict"] == winner
+    # a candidate with no runs yet: no verdict
+    partial = metrics[metrics["arm"] != "b_adv"]
+    assert ex.verdict(decl, ex.comparison_table(decl, partial), partial)["verdict"] == "incomplete"
+
+
+def test_the_adopt_rule_needs_every_requirement_on_every_env(tmp_path):
+    root = _workdir(tmp_path, {"exp": _decl()})
+    decl = ex.load_declaration("exp", root)
+    better = _metrics({"rl_only": [0.1, 0.2], "full_half": [0.5, 0.7]})
+    assert ex.verdict(decl, ex.comparison_table(decl, better), better)["verdict"] == "adopt"
+    mixed = _metrics({"rl_only": [0.1, 0.6], "full_half": [0.5, 0.5]})
+    assert ex.verdict(decl, ex.comparison_table(decl, mixed), mixed)["verdict"] == "reject"
+
+
+def test_compare_writes_the_paired_comparison_and_the_verdict_from_finished_runs(tmp_path):
+    root = _workdir(tmp_path, {"exp": _decl()})
+    decl = ex.load_declaration("exp", root)
+    curves = {"rl_only": [0.0, 0.1, 0.1, 0.2, 0.2, 0.2, 0.3], "full_half": [0.0, 0.5, 0.8, 0.9, 1.0, 1.0, 1.0]}
+    for run in ex.plan(decl, root):
+        _finish(run, run.default_dir(root), root, eval_sr=curves[run.arm])
+    rec = ex.compare_experiment("exp", root, record_dir=root / "records")
+    assert rec["verdict"] == "adopt"
+    table = pd.read_csv(root / ex.RESULTS_DIR / "exp" / "comparison.csv")
+    auc = table[table["metric"] == "auc"].iloc[0]
+    assert (auc["arm"], auc["vs"], auc["n_paired"]) == ("full_half", "rl_only", 2)
+    assert auc["low"] > 0 and auc["p_improvement"] == 1.0
+    assert json.loads((root / "records" / "exp.json").read_text())["verdict"] == "adopt"
+    assert "**adopt**" in (root / ex.RESULTS_DIR / "exp" / "comparison.md").read_text()
+
+
+# --------------------------------------------------------------------------- bad declarations
+
+
+BAD = [
+    ("unknown arm", {"arms": {"full_half": {"ablation": "fulll"}}}, "arms.full_half.ablation", "unknown arm"),
+    ("unknown settings key", {"arms": {"rl_only": {"reference": True},
+                                       "full_half": {"ablation": "full", "settings": {"prior.beta_maxx": 1}}}},
+     "arms.full_half.settings", "beta_maxx"),
+    ("settings of a wrong type", {"settings": {"prior.beta_max": "high"},
+                                  "arms": {"rl_only": {"reference": True}, "full_half": {"ablation": "full"}}},
+     "settings", "beta_max"),
+    ("missing baseline", {"baseline": "nope"}, "baseline", "no experiment 'nope'"),
+    ("seeds that do not pair", {"baseline": "benchmark", "grid": {"envs": [DOORKEY], "seeds": [0, 9]}},
+     "grid.seeds", "seed 9"),
+    ("env not in the baseline", {"baseline": "benchmark", "grid": {"envs": ["MiniGrid-Empty-5x5-v0"], "seeds": [0, 1]}},
+     "grid.envs", "not in baseline"),
+    ("unknown env", {"grid": {"envs": ["MiniGrid-Nope-v0"], "seeds": [0, 1]}}, "grid.envs[0]", "unknown environment"),
+    ("decision on an unknown metric", {"decision": {"rule": "adopt", "require": [
+        {"arm": "full_half", "vs": "rl_only", "metric": "returns", "test": "above"}]}}, "decision", "returns"),
+    ("decision on a metric not judged", {"decision": {"rule": "adopt", "require": [
+        {"arm": "full_half", "vs": "rl_only", "metric": "crafter_score", "test": "above"}]}},
+     "decision.require[0].metric", "crafter_score"),
+    ("comparison with an unknown arm", {"compare": [{"arm": "full_half", "vs": "kl"}]}, "compare[0].vs", "'kl'"),
+    ("a single seed", {"grid": {"envs": [DOORKEY], "seeds": [0]}}, "grid.seeds", "too short"),
+    ("unknown top-level key", {"notes": "x"}, "(top level)", "notes"),
+    ("no question", {"question": None}, "question", "None"),
+    ("its own baseline", {"baseline": "exp"}, "baseline", "own baseline"),
+    ("ratio without a value", {"decision": {"rule": "adopt", "require": [
+        {"arm": "full_half", "vs": "rl_only", "metric": "auc", "test": "ratio_at_least"}]}},
+     "decision.require[0].value", "needs a value"),
+]
+
+
+def _check(root: Path, name: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "lore.analysis.experiments", "check", name], cwd=root,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize(("case", "change", "key", "needle"), BAD, ids=[b[0] for b in BAD])
+def test_a_bad_declaration_is_one_line_naming_the_file_and_the_key(tmp_path, case, change, key, needle):
+    root = _workdir(tmp_path, {"exp": _decl(**change)})
+    before = sorted(p.relative_to(root) for p in root.rglob("*"))
+    proc = _check(root, "exp")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    line = proc.stderr.strip()
+    assert "\n" not in line and line.startswith("lore: error: config/experiments/exp.yaml: ")
+    assert f": {key}:" in line and needle in line, line
+    assert sorted(p.relative_to(root) for p in root.rglob("*")) == before
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ("question: [unclosed\n", "not valid YAML"),
+    ("question: a b c d e f g h\nquestion: twice over\n", "duplicate key 'question'"),
+    ("- a list\n", "mapping"),
+    ("", "empty"),
+])
+def test_malformed_declaration_yaml_is_one_line(tmp_path, text, needle):
+    root = _workdir(tmp_path, {})
+    (root / "config" / "experiments" / "exp.yaml").write_text(text)
+    proc = _check(root, "exp")
+    assert proc.returncode == 2 and "\n" not in proc.stderr.strip()
+    assert "config/experiments/exp.yaml" in proc.stderr and needle in proc.stderr, proc.stderr
+
+
+def test_the_workflow_refuses_a_bad_or_unknown_experiment_before_any_job(tmp_path):
+    root = _workdir(tmp_path, {"exp": _decl(arms={"x": {"ablation": "nope"}})})
+    for name, needle in (("exp", "config/experiments/exp.yaml: arms.x.ablation: unknown arm 'nope'"), ("missing", "experiment 'missing': no file")):
+        proc = run_snakemake(root, "--cores", "1", "--config", f"experiment={name}", timeout=180)
+        assert proc.returncode != 0
+        assert f"invalid experiment: {needle}" in proc.stdout + proc.stderr, proc.stderr[-2000:]
+    assert not (root / "results").exists()
+
+
+# --------------------------------------------------------------------------- the project's declarations and log
+
+
+def test_every_declared_experiment_is_valid_and_the_decision_is_pre_registered():
+    names = ex.declared_names(REPO)
+    assert "decide_default" in names
+    for name in names:
+        decl = ex.load_declaration(name, REPO)
+        assert decl.decision.get("text"), f"{name}: the decision rule in words"
+    decide = ex.load_declaration("decide_default", REPO)
+    assert len(decide.decision["candidates"]) <= 3
+    simple = decide.arms[decide.decision["candidates"]["simple"]["good"]]
+    assert simple.ablation == "kl" and simple.settings.get("prior.trust") is True
+    assert "prior.gate" not in simple.settings and "features.enabled" not in simple.settings
+
+
+def test_the_experiment_log_is_what_the_declarations_and_records_produce():
+    assert (REPO / ex.LOG).read_text() == ex.log_markdown(REPO), \
+        "docs/experiments.md is stale: python -m lore.analysis.experiments log"
+
+
+def test_imported_entries_are_complete_and_speak_to_users():
+    entries = yaml.safe_load((REPO / ex.IMPORTED).read_text())
+    assert len(entries) >= 30
+    keys = {"name", "question", "change", "grid", "n", "baseline", "effect", "verdict", "outcome", "commit", "source"}
+    for entry in entries:
+        assert set(entry) == keys, entry["name"]
+        assert entry["verdict"] in {"adopted", "rejected", "inconclusive", "not run", "reference"}
+    text = (REPO / ex.LOG).read_text().lower()
+    assert "issue " not in text and "issue" not in np.array(text.split()).tolist()
