@@ -9,7 +9,7 @@ sheeprl under a constraints file that pins that torch: nothing may pull a multi-
 a dry run checks that before the real install. No torchvision: sheeprl does not need it.
 
 The agents (``AGENTS``) are built in their own processes, each pinned to one torch thread: LoRe
-as the ``full`` ablation configures it by default ("full"), its variants "gate3" and "shared"
+as the ``full`` ablation configures it by default ("full"), its variant "shared"
 (``LORE_AGENTS``), LoRe with 1 critic head and 1 ensemble member ("core") and sheeprl's ``dreamer_v3``
 ("peer"), at XS (deter 256, units 256, 1 layer) and S
 (deter 512, units 512, 2 layers), both with 32x32 latents, 255 bins, a 147-d vector observation,
@@ -43,23 +43,19 @@ SIZES = {  # both agents: deter, units (dense/hidden), layers, 32 latents x 32 c
     "xs": {"deter": 256, "units": 256, "layers": 1, "lore_preset": "xs", "peer_algo": "dreamer_v3_XS"},
     "s": {"deter": 512, "units": 512, "layers": 2, "lore_preset": "s", "peer_algo": "dreamer_v3_S"},
 }
-AGENTS = ("full", "gate3", "shared", "core", "peer")
+AGENTS = ("full", "shared", "core", "peer")
 LORE_AGENTS = AGENTS[:-1]
 """LoRe's variants, each the ``full`` ablation timed against the peer: its defaults (the gate reads the policy
-entropy; the bootstrapped critic heads feed the advice values), the gate reading all three signals
-(``prior.w_value=1``, ``prior.w_disagreement=1``: the disagreement ensemble is trained too), the critic heads on
-one shared trunk (``dreamer.critic_trunk=shared``), and the core (1 head, 1 ensemble member)."""
+entropy; the bootstrapped critic heads feed the advice values), the critic heads on one shared trunk (``dreamer.critic_trunk=shared``), and the core (1 head, 1 ensemble member)."""
 
 # Every size difference that remains between the agents once the sizes above are matched.
 DIFFERENCES = [
-    "LoRe full and gate3 train 3 bootstrapped distributional critic heads (and keep 3 slow copies), each head "
+    "LoRe full trains 3 bootstrapped distributional critic heads (and keep 3 slow copies), each head "
     "with a graph on its own half of the imagined trajectories and without one on the rest (the returns bootstrap "
     "from all heads on all states); LoRe shared trains 3 output layers on one critic trunk; sheeprl and LoRe core "
     "train one critic and one target copy.",
-    "LoRe gate3 trains a disagreement ensemble (3 members at XS, 4 at S) of one-step latent predictors "
-    "([deter, stoch, action] -> next stoch logits, `units` wide, `layers` deep) beside the world model; LoRe full, "
-    "shared and core hold one (their parameters are counted below) but do not train it, since their gate does not "
-    "read it; sheeprl has none.",
+    "LoRe holds a disagreement ensemble of one-step latent predictors (its parameters are counted below) but "
+    "does not train it; sheeprl has none.",
     "LoRe's `full` ablation fuses LLM-written features late into the encoder (`features.enabled`): its world "
     "model holds that small feature encoder (the few thousand parameters it has over sheeprl's), run on the "
     "batch's zero features.",
@@ -185,8 +181,6 @@ def build_lore(size: str, agent: str, batch: int, length: int):
         overrides += ["model.value_heads=1", "model.ensemble=1"]
     elif agent == "shared":
         overrides += ["dreamer.critic_trunk=shared"]
-    elif agent == "gate3":
-        overrides += ["prior.w_value=1", "prior.w_disagreement=1"]
     cfg = build_config(overrides=overrides)
     space = gymnasium.spaces.Dict({"symbolic": gymnasium.spaces.Box(0.0, 1.0, (OBS_DIM,), np.float32)})
     lore = DreamerAgent(space, ACTIONS, cfg)
@@ -384,8 +378,7 @@ def report(rows: list[dict], meta: dict) -> str:
         f"(horizon {HORIZON}). {meta['cpus']} CPUs; {meta['when']}.",
         "",
         "*full*: LoRe's `full` ablation with its defaults (3 bootstrapped critic heads; the gate reads the "
-        "policy entropy, so the disagreement ensemble is not trained); *gate3*: the same with the gate reading all "
-        "three signals (`prior.w_value=1 prior.w_disagreement=1`, so the ensemble is trained); *shared*: the same "
+        "policy entropy, so the disagreement ensemble is not trained); *shared*: the same "
         "as full with the critic heads as output layers on one shared trunk (`dreamer.critic_trunk=shared`); "
         "*core*: full with 1 critic head and 1 ensemble member; *peer*: sheeprl `dreamer_v3` at the same size. "
         "The replayed batch carries no advice, so no update scores advice. Updates run one at a time, "

@@ -6,8 +6,7 @@ Builds the agents of ``benchmarks/peer_benchmark.py`` (same sizes, batch and obs
 needed), runs ``--warmup`` untimed updates, then profiles ``--updates`` updates of each variant on one
 thread and writes, per variant, the operators with the most self CPU time (``key_averages``), so a
 change to the update can be read variant against variant: ``full`` is the ``full`` ablation's default (each
-critic head a whole MLP on its own rows; no disagreement ensemble trained), ``gate3`` the gate reading all three
-signals (the ensemble trained too), ``shared`` the heads on one shared trunk, ``core`` one head and one ensemble
+critic head a whole MLP on its own rows; no disagreement ensemble trained), ``shared`` the heads on one shared trunk, ``core`` one head and one ensemble
 member.
 
 It is a benchmark, not a test: CI never runs it.
@@ -67,8 +66,7 @@ def main(argv: list[str] | None = None) -> int:
              f"{os.getloadavg()[0]:.1f} at the start; {time.strftime('%Y-%m-%d')}.", "",
              "Variants (the agents of `benchmarks/peer_benchmark.py`): *full* the `full` ablation's default (each "
              "critic head a whole MLP, trained on its own rows; the disagreement ensemble is not trained, since "
-             "the gate does not read it), *gate3* the gate reading all three signals (`prior.w_value=1 "
-             "prior.w_disagreement=1`: the ensemble is trained), *shared* the heads on one shared trunk "
+             "the gate does not read it), *shared* the heads on one shared trunk "
              "(`dreamer.critic_trunk=shared`), *core* one critic head and one ensemble member. Times under the "
              "profiler are longer than without it; compare the variants within this file.", ""]
     for agent in args.agents:

@@ -10,6 +10,7 @@ resolved config written next to every run shows exactly what ran.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import math
@@ -23,7 +24,7 @@ import yaml
 
 from lore.ablations import ablation_overrides
 from lore.presets import ModelConfig, resolve_model
-from lore.validation import ConfigError, show
+from lore.validation import ConfigError, show, shown_url, url_problem
 
 # --------------------------------------------------------------------------- sections
 
@@ -60,20 +61,12 @@ class DreamerConfig:
     """Probability that a critic head trains on an imagination start state (bootstrapped heads, so
     their spread measures value uncertainty; 1 = every head on every state, no spread)."""
     critic_trunk: Literal["separate", "shared"] = "separate"
-    """``separate`` (default): each of the ``model.value_heads`` critic heads is a whole MLP; ``shared``: the
-    heads are output layers on one shared MLP trunk (bootstrapped-DQN style, Osband et al. 2016), each on its
-    own bootstrap sample, at about the cost of one critic. Measured: shared is 0.67x / 0.82x of the peer's
-    update at XS / S against 1.08x / 1.30x for separate (docs/benchmark/peer.md), but it lowered the AUC of
-    `full` on DoorKey (docs/benchmark/critic_shared/comparison.md), so it is not the default."""
+    """``separate``: each critic head is a whole MLP; ``shared``: the heads are output layers on one MLP trunk,
+    each on its own bootstrap sample, at about the cost of one critic."""
     uncertainty_head_steps: int = 0
-    """0 (default): every critic head trains on every imagined state and the lambda-returns bootstrap from
-    their mean. n > 0: head 0 alone is DreamerV3's critic (every imagined state, the returns' bootstrap) and
-    the other heads, whose spread is what the gate and the advice trust read, train only on the first n
-    imagination steps (the posterior start states and their successors: where they are read), at about
-    n / (horizon + 1) of a head's cost. Must be <= dreamer.horizon. Measured with n = 2: 0.60x / 0.78x of the
-    peer's update at XS / S (docs/benchmark/peer.md), but `full_adversarial`'s AUC fell on DoorKey (-0.040
-    [-0.075, -0.006], n = 5) and LavaGapS5 (n = 3), and `full`'s by -0.060 [-0.133, +0.009]
-    (docs/benchmark/uncertainty_heads_lean/comparison.md), so it is not the default."""
+    """0: every critic head trains on every imagined state. n > 0: head 0 is DreamerV3's critic and the other
+    heads (whose spread the gate and the advice trust read) train only on the first n imagination steps;
+    must be <= dreamer.horizon."""
     actor_entropy: float = 3e-4
     free_bits: float = 1.0
     kl_dyn: float = 0.5
@@ -112,15 +105,15 @@ class TrainConfig:
     """Store the replay buffer in checkpoints (exact resume); off saves disk on big runs."""
     torch_threads: int = 1
     """Intra-op threads for torch (0 = torch's default). 1 is fastest for these small networks and
-    keeps parallel jobs (snakemake --cores N) from stalling each other: OpenMP threads spin-wait
-    when a core is taken, making 2-thread ops ~30x slower on a loaded 2-core machine (measured)."""
+    keeps parallel jobs (snakemake --cores N) from stalling each other (OpenMP threads spin-wait when a
+    core is taken)."""
     log_every: int = 500
     tensorboard: bool = True
     progress: bool = True
     precision: Literal["float32", "bfloat16"] = "float32"
     """Autocast dtype of the update's forward passes. ``bfloat16`` runs matmuls and convolutions in bf16
     (softmaxes, norms and the losses stay float32 under autocast); a GPU option: on most CPUs bf16 is
-    slower. Acting stays float32. Measured by ``benchmarks/bench_precision.py``."""
+    slower. Acting stays float32 (``benchmarks/bench_precision.py`` times both)."""
     compile: bool = False
     """``torch.compile`` the networks (encoder, decoder, GRU cell, heads, actor, critic, ensemble) in place,
     so checkpoints keep their keys. The first updates pay the compile time (minutes on a CPU)."""
@@ -133,9 +126,8 @@ class EvalConfig:
     greedy: bool = False
     """Evaluate with the mode of the policy instead of a sample."""
     parallel: int = 20
-    """Eval episodes run side by side, one batched agent forward per step (1: one after another).
-    Measured on DoorKey at the CPU config: one by one, evaluation took more than half of a run's wall
-    time. The agent's draws depend on it, so ``lore eval`` uses the run's value to reproduce eval.csv."""
+    """Eval episodes run side by side, one batched agent forward per step (1: one after another). The
+    agent's draws depend on it, so ``lore eval`` uses the run's value to reproduce eval.csv."""
 
 
 @dataclass
@@ -145,8 +137,9 @@ class ControllerConfig:
     budget: int = 500
     cooldown: int = 100
     cooldown_after_success: int = 250
-    """Env steps without a new call (per env) after a call / after an answer that was followed to a
-    reward. Measured (DoorKey, 10k steps): 20/50 made ~112 calls per run, 100/250 ~37 at equal SR."""
+    """Env steps, counted from the step a question was asked, without a new question: ``cooldown`` after any
+    question, ``cooldown_after_success`` after one that got a valid answer (from the LLM, the answer cache or
+    PriorNet), whether or not that answer led to a reward."""
     cache_ttl: int = 5_000
     """Env steps an answer for a state key stays valid."""
     trigger_beta: float = 0.5
@@ -168,9 +161,9 @@ class LLMConfig:
     backoff_s: float = 0.5
     max_wait_ms: float = 0.0
     """The env loop waits at most this long for an answer; 0 = never blocks."""
-    cache_path: str | None = "results/llm_cache.sqlite"
-    """Writable persistent (backend, model, prompt) answer cache; None disables. The workflow gives
-    each run its own, inside the run directory (lore.llm.cache explains the scope)."""
+    cache_path: str | None = "{run_dir}/llm_cache.sqlite"
+    """Writable persistent (backend, model, prompt) answer cache; ``{run_dir}`` stands for the run directory;
+    None disables (lore.llm.cache explains the scope)."""
     shared_cache: str | None = None
     """Read-only answer cache consulted after ``cache_path`` (never written; must not change while runs read it)."""
     replay_ledger: str | None = None
@@ -185,16 +178,8 @@ class LLMConfig:
     max_inflight: int = 1
     """Background calls that may run at once."""
     ask_before_act: bool = False
-    """Ask about the state being acted in, after the policy has seen it and before it acts (the gate reads this
-    step's uncertainty), so that an answer that comes back in time (in-line backends, ``max_wait_ms``) steers
-    this very step and its plan starts here. ``false``: the controller is asked after the act, about a state the
-    agent has just left, and the answer applies only if the state key recurs within ``controller.cache_ttl``
-    steps or the plan's first action is taken anyway. On DoorKey, where keys recur, that loses little; on
-    Crafter, where the key of the local map almost never recurs, each answer steered ~2.6 env steps (66 calls,
-    0.87% of 20k steps advised; docs/benchmark/crafter_coverage.md). Asked before the act and at most every 10 steps
-    (docs/benchmark/crafter_20k_dense.md, n = 5), Crafter full had advice on ~21% of its training steps, trusted
-    the good advisor at >= 0.88 by 5k steps and scored above rl_only paired by seed. Off by default until measured
-    on MiniGrid (config/ask_before_act.yaml), where keys recur and the answer cache already serves returning states."""
+    """Ask about the state being acted in, before acting, so that an answer that comes back in time steers
+    this step; ``false``: ask after the act, and the answer applies when the state key recurs."""
     controller: ControllerConfig = field(default_factory=ControllerConfig)
 
 
@@ -213,184 +198,59 @@ class PriorConfig:
     """Logit mixing ``l_mix = l_wm + beta(s) * stopgrad(l_llm / T)`` and its controls."""
 
     enabled: bool = False
+    """Mix the LLM prior into the acting policy (off: beta = 0 at every step)."""
     beta_max: float = 1.0
+    """Largest mixing weight beta, in [0, 1000]: the multiplier of the tempered prior logits."""
     gate: Literal["fixed", "uncertainty"] = "uncertainty"
     """``fixed``: beta = beta_max; ``uncertainty``: beta = beta_max * min(1, u(s) / gate_full_at) (lore.prior.gate)."""
     gate_full_at: float = 0.5
-    """Uncertainty u in [0, 1] at and above which the gate is fully open (0.5 = a typical state)."""
-    gate_trust_floor: bool = False
-    """With ``gate: uncertainty`` and ``trust``: advice with net positive evidence gets a say even where the policy
-    is sure, beta >= beta_max * clip(2 * trust - 1, 0, 1) (the absorption weight; lore.prior.gate.trust_floored_beta).
-    The gate alone asks only whether the policy is unsure: measured on Dynamic-Obstacles-5x5
-    (config/heldout_obstacles.yaml) a policy made sure by the collision penalty held beta at 0.21-0.23 against kl's
-    0.71 and learned nothing from a good advisor it trusted at 0.69. Measured as an overlay (config/gate_trust_floor.yaml):
-    no arm moved beyond noise, and a nearly deterministic policy outvotes the advice at any beta, so it stays off."""
+    """Policy uncertainty u in (0, 1] (entropy / log A) at and above which the gate is fully open."""
     trust: bool = False
-    """Scale beta by the per-source advice trust (lore.prior.trust): advice the critic rates worse
-    than an average action loses its influence, and through beta its KL pull on the actor."""
+    """Scale beta and the KL absorption by the per-source advice trust in [0, 1] (lore.prior.trust)."""
     trust_gain: float = 3.0
-    """trust = sigmoid(trust_gain * (EMA of the advice's value z-score + advised-vs-control episode t beyond
-    its dead zone)); 0.5 without evidence."""
+    """trust = sigmoid(trust_gain * evidence), gain > 0; the evidence is in z / t units (0.5 without evidence)."""
     trust_dead_zone: float = 1.0
-    """Standard errors of the advised-vs-control episode t that count as no evidence (see lore.prior.trust)."""
+    """Standard errors in [0, 100] of the episode t and the step-failure z that count as no evidence."""
     trust_value_weight: float = 1.0
-    """Weight of the value z-score (the critic's one-step rating of the advised action against an average one) in
-    the trust evidence; 0 leaves the evidence to the realised returns and the failures. Beside lava (LavaGapS5,
-    DistShift1) the critic rates the *good* advisor below an average action in some seeds (median batch z about
-    -0.5 over a run; a step beside lava looks risky to a young model, turning in place does not), which blocks its
-    absorption. Measured as an overlay (config/trust_value_off.yaml, n = 5): at 0 the good advisor on LavaGapS5 is
-    trusted and absorbed more, but its learning curve does not move (AUC paired -0.007 [-0.066, +0.052])."""
-    trust_act_evidence: Literal["combined", "returns"] = "combined"
-    """Evidence behind the act-time scale ``min(1, 2 * trust)`` (and how often the LLM is asked).
-    ``combined``: the same trust as the KL absorption (value z-score + dead-zoned episode t).
-    ``returns``: the advised-vs-control episode t alone, harm at face value (no dead zone below 0) and
-    benefit beyond the dead zone; needs ``control_episodes > 0`` (lore.prior.trust.harm_first). Measured
-    with no effect on learning beyond noise (docs/benchmark/trust_act_returns/comparison.md). On Crafter with
-    the LLM asked before each act (docs/benchmark/crafter_20k_returns.md, n = 5) it keeps the good advisor at
-    full strength and its lead over rl_only, and damps the adversary to about half of beta on average, but not
-    steadily (damped advice makes its episodes look like the control ones, so the harm evidence wears away); the
-    adversary's learned policies ended worse than under ``combined`` on the 50-episode final evaluation (1.03
-    against 1.53, n = 3; the random policy's 1.40; not on the 10-episode periodic one), two of five collapsed onto
-    its actions, so ``combined`` stays the default."""
-    trust_act_floor: float = 0.0
-    """Act-time trust below which advice stops acting: beta scales by clip((trust - floor) / (0.5 - floor), 0, 1)
-    (lore.prior.trust.act_scale); 0 = min(1, 2 * trust). Not measured beyond one seed (config/trust_act_floor.yaml)."""
-    trust_act_uninformed: float = 1.0
-    """Act-time scale of advice at the uninformed trust 0.5, in (0, 1]: below 1, advice acts at this share of
-    beta before any evidence and earns full strength only as its trust rises to 1 (lore.prior.trust.act_scale).
-    Measured on Crafter with the LLM asked before each act (docs/benchmark/crafter_20k_earned.md): at 0.5 the
-    adversary's harm to the learning curve shrinks (AUC paired with 1.0 +0.012 [+0.003, +0.025], n = 3), but the
-    good advisor loses its gain (AUC -0.060 [-0.077, -0.031], n = 3): advice followed in part drops its plans at
-    the first deviation (273 plan steps per run against 1232), its episodes are barely better than the control
-    ones, and its trust never rises. MiniGrid overlay: config/trust_act_uninformed.yaml (not run)."""
-    trust_act_pooled: bool = False
-    """Cap the act-time trust of the LLM's plan and of PriorNet's answers by the LLM's own act-time trust,
-    ``min(own, llm)`` (lore.prior.trust.AdviceTrust.act_value): evidence that the LLM's answers hurt counts
-    against the other forms of its advice. Measured as an overlay: config/trust_act_pooled.yaml."""
-    trust_failures: bool = False
-    """Count failures (episodes the env ended on a step without positive reward: the lava, a death) of
-    advised vs control episodes as harm evidence (lore.prior.trust.EpisodeComparison); needs control episodes.
-    On LavaGapS5 (one seed, config/trust_failures.yaml) it judged the adversary no sooner than the returns."""
-    trust_model_failures: bool = False
-    """Harm evidence from the world model: on advised replay states, how much more likely than an average action
-    the advised one is to end the episode without reward (continue and reward heads; lore.prior.trust.advice_failure_z),
-    folded in as min(0, EMA). Needs no reward to have been seen, but waits for the continue head: on LavaGapS5 (one
-    seed) its z reached only -0.2 by 2.5k env steps, where trust_step_failures is at -5.9 by 1.25k. Not benchmarked
-    (config/trust_model_failures.yaml is ready to run)."""
+    """Weight in [0, 100] of the critic's value z-score of the advice in the trust evidence (0 leaves it out)."""
     trust_step_failures: bool = True
-    """Harm evidence from the env: the steps where the advice changed the action end the episode without reward
-    more often than the agent's own steps (two-proportion z, harm only beyond trust_dead_zone;
-    lore.prior.trust.StepFailures). Needs no reward to have been seen. On by default since measured as an overlay
-    (config/trust_step_failures.yaml): LavaGapS5 full_adversarial AUC +0.039 (n = 10 vs the pooled 20), no longer
-    told from rl_only; full unchanged on both environments (good advice never fails)."""
-    trust_episode_acted: bool = False
-    """The advised-vs-control episode comparison counts an advised episode only if the advice changed at least one
-    of its actions, and each group forgets per episode of its own (lore.prior.trust.EpisodeComparison). Without it,
-    episodes whose advice was already damped to nothing count as advised and look like the agent's own play, and the
-    control episodes wear the advised group away: measured on DistShift1 (config/heldout_distshift.yaml) the
-    adversary caught from returns at 2k env steps had its episode t back at 0 and acted at full strength from ~7k.
-    Measured as an overlay (config/trust_episode_acted.yaml): no arm moved beyond noise (DoorKey full_adversarial AUC
-    paired -0.012 [-0.051, +0.018], n = 5: there returns never caught the adversary, so nothing was kept)."""
-    trust_episode_strength: bool = False
-    """The advised-vs-control episode comparison counts an advised episode as the share of beta its advice acted at
-    (mean act-time scale over its steps that had advice; 0 without any), and each group forgets per episode of its
-    own, in proportion (lore.prior.trust.EpisodeComparison). trust_episode_acted's all-or-nothing test does not help
-    where episodes are long: on Crafter damped advice still changes a few of several hundred actions, so its episodes,
-    the agent's own play, count in full and wear the harm evidence away (docs/benchmark/crafter_20k_returns.md: 4 of
-    5 runs caught the adversary from returns and let it back at about half strength or more). Measured there
-    (docs/benchmark/crafter_20k_strength.md, with trust_act_evidence=returns, full_adversarial n = 5): the three runs
-    that caught the adversary held it at about a fifth of its strength or less over the second half, and no learned
-    policy collapsed onto its actions; the final-eval score rose to the random policy's (paired with unweighted
-    +0.36 [-0.01, +0.71]) and is not below rl_only's (-0.11 [-0.35, +0.14]). The two others never judged it harmful
-    (there its advised episodes return only a little less than the control ones: -0.19 per run on average). full
-    (n = 5) keeps the good advisor's gain (final eval - rl_only +0.93 [+0.52, +1.37]; docs/benchmark/crafter_targets.md).
-    MiniGrid overlay: config/trust_episode_strength.yaml (not run)."""
-    trust_familywise: bool = False
-    """A positive advised-vs-control episode t counts only beyond a dead zone that widens with the run: the
-    Bonferroni width over the ~1 + episodes * (1 - decay) nearly independent windows the decayed statistic has
-    been read in (lore.prior.trust.familywise_width); harm keeps trust_dead_zone. Read after every episode, a fixed
-    width is crossed sooner or later by advice that changes nothing. Replaying real runs' return sequences with
-    control labels drawn at random (docs/benchmark/trust_null.md), the absorption weight passed 0.5 at some point in
-    38% of Crafter runs (19% family-wise), 18% of DoorKey (10%) and 54% of LavaGapS5 runs (8%); the price is
-    slower absorption of a modest benefit (0.5 sd of the returns: median 35 -> 58 episodes on Crafter, 67 -> 180
-    on DoorKey). Measured as an overlay with absorb_over=all (config/trust_familywise.yaml): on Crafter the adversary's
-    trust stayed <= 0.55 (0.83-0.94 without) and full_adversarial vs rl_only went from -0.72 to -0.42 [-1.31, +0.03]
-    (n = 3); DoorKey full and full_adversarial unchanged (n = 5). Off until the three settings of
-    config/absorb_tilt.yaml are adopted together (see absorb_trust)."""
+    """Count the advice's steps ending the episode without reward more often than the agent's own as harm evidence."""
     trust_decay: float = 0.99
-    """EMA decay of the trust evidence, per update."""
+    """EMA decay in [0, 1) of the value z-score evidence, per update."""
     trust_min_gap: float = 1e-3
-    """Q spread (in return-scale units) below which a state cannot tell the actions apart."""
+    """Q spread across actions (return-scale units, > 0) below which a state cannot tell the actions apart."""
     trust_states: int = 128
-    """Advised replay states scored per update (``advice_samples`` imagined steps per action each)."""
+    """Advised replay states scored per update, in [1, 1e6]."""
     advice_samples: int = 4
-    """Imagined latent samples per (state, action) when scoring advice; with every critic head each
-    gives one draw of Q, and only states where all draws agree on the best action label T."""
-    warmup_steps: int = 0
-    """Env steps over which beta_max ramps linearly from 0."""
+    """Imagined latent samples per (state, action) when scoring advice, in [1, 64]."""
     dropout: float = 0.1
-    """Probability of forcing beta = 0 for an act step (keeps the base policy exercised)."""
+    """Probability in [0, 1) of forcing beta = 0 for an act step (keeps the base policy exercised)."""
     control_episodes: float = 0.25
-    """Probability that an episode runs without the prior (beta = 0 throughout). Bounds the regret of
-    bad advice: the agent keeps exploring on its own in this share of episodes, which is where the
-    reward that lets the critic (and so the trust) judge the advice comes from."""
-    control_allocation: Literal["fixed", "matching"] = "fixed"
-    """``fixed``: every episode is a control episode with probability ``control_episodes``. ``matching``:
-    with probability Phi(-t) of the advised-vs-control episode t (the chance that the agent's own play is
-    the better), kept within [control_episodes, 1 - control_episodes] (lore.prior.trust.matched_control_share).
-    Measured with no gain on DoorKey or LavaGapS5 (docs/benchmark/control_matching/comparison.md)."""
-    w_entropy: float = 1.0
-    w_value: float = 0.0
-    w_disagreement: float = 0.0
-    """Weights of the gate's three uncertainty signals. Value spread and world-model disagreement are still
-    computed and logged, but weigh 0 by default: measured on DoorKey, LavaGapS5 and Crafter, neither is
-    higher on advised states where the policy disagrees with the advice than where it agrees (the
-    disagreement is lower), while the policy's entropy is (docs/benchmark/README.md, "gate signals")."""
+    """Probability in [0, 1) that an episode runs without the prior: the control group of the trust's episode t."""
     ema_decay: float = 0.99
+    """EMA decay in [0, 1) of the running means that the logged value-spread and disagreement ratios divide by."""
     temperature: float = 1.0
+    """Initial temperature T in (0, 1000] dividing the prior logits (clipped to [temperature_min, temperature_max])."""
     align_temperature: bool = False
+    """Refit T by temperature scaling on the agent's own best-action labels (lore.prior.temperature)."""
     temperature_refit_every: int = 1_000
+    """Env steps between refits of T (>= 1)."""
     temperature_min: float = 0.1
+    """Lower bound of T, in (0, 1000] and <= temperature_max."""
     temperature_max: float = 10.0
+    """Upper bound of T, in (0, 1000]."""
     temperature_min_labels: int = 128
     """Calibration labels (states with an unambiguous best action by one-step value) needed before T is refitted."""
-    kl_mode: Literal["none", "lagrangian", "prior_reg", "bonus"] = "none"
+    kl_mode: Literal["none", "lagrangian"] = "none"
+    """``lagrangian``: act-time KL trust region and the absorption term with a dual-ascent multiplier; ``none``: neither."""
     kl_bound: float = 2.0
-    """lagrangian: hard act-time trust region, KL(pi_mix || pi_wm) <= kl_bound nats per state."""
+    """lagrangian: act-time trust region, KL(pi_mix || pi_wm) <= kl_bound nats per state, in (0, 1000]."""
     kl_delta: float = 0.1
-    """lagrangian: the absorption term pulls the actor until the replay-state KL(pi_mix || pi_wm) is within delta."""
-    absorb_over: Literal["advised", "all"] = "advised"
-    """lagrangian: how the absorption term averages over replay states (lore.prior.kl_control.absorption_mean).
-    ``advised``: over the advised ones (each weighs 1 / their share of the batch); ``all``: over every state,
-    so sparse advice pulls on the actor in proportion to its coverage. The dual step is the same in both.
-    Measured on Crafter (config/absorb_over_all.yaml, n = 3): it stops uninformed advice from collapsing the actor
-    onto the adversary's action in 2 of 3 runs, but not advice the evidence wrongly trusts (trust 0.94 in the
-    third). DoorKey full unchanged (AUC paired +0.020 [-0.002, +0.040], n = 5); the default stays ``advised`` until
-    the adversarial evidence is fixed and the other arms are rerun."""
-    absorb_trust: Literal["loss", "tilt"] = "loss"
-    """lagrangian with prior.trust: where the trust weight w = clip(2 trust - 1, 0, 1) enters the absorption term.
-    ``loss``: it multiplies each state's term, w * relu(KL(pi_mix || pi_wm) - delta). The dual step then grows
-    lambda until KL <= delta on every state with w > 0, however small w is, so lambda * w ends up absorbing
-    barely trusted advice in full. Measured on Crafter: trust 0.50-0.55 (w <= 0.1) let lambda climb to 1.0,
-    and the actor collapsed onto the adversary's noop (entropy 2.77 -> 1.18 nats; rl_only stays at 2.7).
-    ``tilt``: it shrinks the target instead, pi_target = mix(pi_wm, prior, w * beta). The fixed point moves with
-    trust, a small w gives a KL below delta, and lambda decays while the advice is not trusted. Measured on Crafter
-    with absorb_over=all and trust_familywise (config/absorb_tilt.yaml, docs/benchmark/crafter_20k_tilt.md, n = 3):
-    full_adversarial vs rl_only paired +0.00 [-0.74, +0.42] (loss: -0.42 [-1.31, +0.03]), lambda back at 0 in every
-    run; one run still presses noop on 41% of steps after a chance trust excursion (crafter_actions_tilt.md). With
-    the same three settings, Crafter full (n = 5, docs/benchmark/crafter_20k_full_tilt.md) scores as at the defaults
-    (its trust stays near 0.5 there, so little of the good advice is absorbed either way), and on DoorKey full and
-    full_adversarial match the current defaults (n = 5, docs/benchmark/absorb_tilt/comparison_vs_current.md). The
-    default stays ``loss`` until config/absorb_tilt_rest.yaml has run: absorb_over applies to the kl arms too, and
-    LavaGapS5 is unmeasured under these settings."""
+    """lagrangian: nats of replay-state KL(pi_mix || pi_wm) the absorption term tolerates, in [0, 1000]."""
     kl_eta: float = 0.05
+    """lagrangian: dual step size of the multiplier per update, lambda += kl_eta * (KL - kl_delta), in [0, 1000]."""
     lambda_max: float = 10.0
-    lambda_kl: float = 0.1
-    beta_bonus: float = 0.1
-    mix_in_imagination: bool = False
-    anneal: Literal["none", "linear", "cosine"] = "none"
-    anneal_end: int = 0
-    """Env step at which an annealed beta_max reaches 0 (0 = train.steps)."""
+    """lagrangian: upper clip of the multiplier lambda, in [0, 1e6]."""
 
 
 @dataclass
@@ -429,9 +289,7 @@ class DistillConfig:
     enabled: bool = False
     trust_kl: float = 0.3
     min_samples: int = 16
-    """Held-out comparisons (distinct LLM answers) before PriorNet may answer. The frugal controller
-    makes ~30 calls per 10k DoorKey steps, so 64 was never reached and PriorNet never answered."""
-    holdout_frac: float = 0.2
+    """Held-out comparisons (distinct LLM answers) before PriorNet may answer."""
     check_every: int = 10
     """Every n-th due LLM call is still made and compared with PriorNet (held-out KL)."""
     loss_scale: float = 1.0
@@ -453,6 +311,76 @@ class RunConfig:
     features: FeaturesConfig = field(default_factory=FeaturesConfig)
     plan: PlanConfig = field(default_factory=PlanConfig)
     distill: DistillConfig = field(default_factory=DistillConfig)
+
+
+# --------------------------------------------------------------------------- retired settings
+
+RETIRED: dict[str, Any] = {
+    "prior.gate_trust_floor": False,
+    "prior.trust_act_evidence": "combined",
+    "prior.trust_act_floor": 0.0,
+    "prior.trust_act_uninformed": 1.0,
+    "prior.trust_act_pooled": False,
+    "prior.trust_failures": False,
+    "prior.trust_model_failures": False,
+    "prior.trust_episode_acted": False,
+    "prior.trust_episode_strength": False,
+    "prior.trust_familywise": False,
+    "prior.warmup_steps": 0,
+    "prior.control_allocation": "fixed",
+    "prior.w_entropy": 1.0,
+    "prior.w_value": 0.0,
+    "prior.w_disagreement": 0.0,
+    "prior.absorb_over": "advised",
+    "prior.absorb_trust": "loss",
+    "prior.lambda_kl": 0.1,
+    "prior.beta_bonus": 0.1,
+    "prior.mix_in_imagination": False,
+    "prior.anneal": "none",
+    "prior.anneal_end": 0,
+    "distill.holdout_frac": 0.2,
+}
+"""Removed settings, each with its old default (the value at which it changed nothing): a config that holds one
+at that value, such as the saved ``config.yaml`` of an older run, loads with the key dropped."""
+
+
+def _yaml_text(value: Any) -> str:
+    """A scalar as YAML writes it (``false``, ``0.1``, ``'combined'``)."""
+    return yaml.safe_dump(value, default_style=None).removesuffix("\n...\n").strip()
+
+
+def _is_neutral(value: Any, neutral: Any) -> bool:
+    """``value`` equals the retired key's neutral value, booleans and numbers not mixed (``0 != false``)."""
+    if isinstance(neutral, bool) or isinstance(value, bool):
+        return value is neutral
+    if isinstance(neutral, (int, float)):
+        return isinstance(value, (int, float)) and value == neutral
+    return value == neutral
+
+
+def drop_retired(data: dict) -> dict:
+    """``data`` without the :data:`RETIRED` keys it holds at their neutral value (a copy; ``data`` is untouched).
+
+    A retired key at any other value is a :class:`ConfigError` that names it: the variant it chose is gone.
+    """
+    out = dict(data)
+    for key, neutral in RETIRED.items():
+        *parents, name = key.split(".")
+        node = out
+        for part in parents:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                break
+            node[part] = child = dict(child)
+            node = child
+        else:
+            if name not in node:
+                continue
+            if not _is_neutral(node[name], neutral):
+                raise ConfigError(f"{key}: retired setting; only its default {_yaml_text(neutral)} is accepted "
+                                  f"(the variant was removed)")
+            del node[name]
+    return out
 
 
 # --------------------------------------------------------------------------- strict (de)serialisation
@@ -562,12 +490,13 @@ MAX_CONFIG_BYTES = 1 << 20
 loader would take seconds on it)."""
 
 
-def _yaml_problem(e: Exception) -> str:
-    """One line for a PyYAML error: the problem and where (``str(e)`` spans several lines)."""
+def _yaml_problem(e: Exception, text: str = "") -> str:
+    """One line for a PyYAML error in ``text``: the problem and where (``str(e)`` spans several lines)."""
     if isinstance(e, yaml.MarkedYAMLError):
         problem = e.problem or e.context or type(e).__name__
         mark = e.problem_mark or e.context_mark
-        if "'\\t'" in problem or "\t" in problem:
+        at_tab = mark is not None and text[mark.index:mark.index + 1] == "\t"
+        if at_tab or "'\\t'" in problem or "\t" in problem:
             problem = "a tab character where YAML expects spaces (YAML indents with spaces only)"
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
         return f"{problem}{where}"
@@ -605,20 +534,81 @@ def _check_duplicate_keys(root: yaml.Node) -> None:
             stack.extend((item, f"{path}[{i}]") for i, item in enumerate(node.value))
 
 
+MAX_YAML_VALUES = 100_000
+"""Values (scalars, lists and mappings) a YAML document may hold once its aliases are expanded: a config holds
+a few hundred, and a reader that walks the data (a schema check, a repr) pays for every expanded copy."""
+
+
+def _yaml_children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [child for pair in node.value for child in pair]
+    return list(node.value) if isinstance(node, yaml.SequenceNode) else []
+
+
+def _node_name(root: yaml.Node, target: yaml.Node) -> str:
+    """Where ``target`` sits in the document, as ``train.steps`` or ``grid[0].envs`` (the first way found)."""
+    queue: collections.deque[tuple[yaml.Node, str]] = collections.deque([(root, "")])
+    seen: set[int] = set()
+    while queue:
+        node, name = queue.popleft()
+        if node is target:
+            return name or "top level"
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                key = show(key_node.value)[1:-1] if isinstance(key_node, yaml.ScalarNode) else "?"
+                queue.append((value_node, f"{name}.{key}" if name else key))
+        elif isinstance(node, yaml.SequenceNode):
+            queue.extend((item, f"{name}[{i}]") for i, item in enumerate(node.value))
+    return "top level"
+
+
+def _check_expansion(root: yaml.Node) -> None:
+    """Reject an alias that contains itself, and a document that expands to more than :data:`MAX_YAML_VALUES`
+    values (an alias bomb), counting each node once (memoised), so the check costs the document's size."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, finished = stack.pop()
+        if finished:
+            open_nodes.discard(id(node))
+            sizes[id(node)] = 1 + sum(sizes[id(child)] for child in _yaml_children(node))
+            if sizes[id(node)] > MAX_YAML_VALUES:
+                raise ConfigError(f"{_node_name(root, node)}: more than {MAX_YAML_VALUES:_} values once its aliases "
+                                  f"are expanded (line {node.start_mark.line + 1}; an alias bomb?)")
+            continue
+        if id(node) in sizes:
+            continue
+        if id(node) in open_nodes:
+            raise ConfigError(f"{_node_name(root, node)}: an alias that contains itself "
+                              f"(line {node.start_mark.line + 1})")
+        open_nodes.add(id(node))
+        stack.append((node, True))
+        stack.extend((child, False) for child in _yaml_children(node) if id(child) not in sizes)
+
+
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""libyaml's safe loader where PyYAML has it (about 15x faster on a large file), else the pure-Python one."""
+
+
 def _parse_yaml(text: str) -> Any:
     """Parse one YAML document strictly; every failure is a :class:`ConfigError` with a one-line message."""
     loader = None
     try:
-        loader = yaml.SafeLoader(text)  # safe: no Python tags; the reader rejects control characters here
+        loader = _SAFE_LOADER(text)  # safe: no Python tags; the reader rejects control characters here
         node = loader.get_single_node()
         if node is None:
             return None
+        _check_expansion(node)
         _check_duplicate_keys(node)
         return loader.construct_document(node)
     except ConfigError:
         raise
     except yaml.YAMLError as e:
-        raise ConfigError(f"not valid YAML: {_yaml_problem(e)}") from None
+        raise ConfigError(f"not valid YAML: {_yaml_problem(e, text)}") from None
     except RecursionError:
         raise ConfigError("not valid YAML for a config: nested too deeply") from None
     except ValueError as e:  # e.g. an integer of more than 4300 digits
@@ -706,7 +696,7 @@ def build_config(
     name = ablation or override_tree.get("ablation") or data.get("ablation") or RunConfig.ablation
     data = deep_merge(data, nested_from_dotted(ablation_overrides(name)))
     data["ablation"] = name
-    data = deep_merge(data, override_tree)
+    data = drop_retired(deep_merge(data, override_tree))
     cfg = _from_dict(RunConfig, data)
     cfg.model = resolve_model(cfg.model)
     validate_semantics(cfg)
@@ -715,7 +705,16 @@ def build_config(
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None,
                 ablation: str | None = None) -> RunConfig:
-    return build_config(load_yaml(path) if path else None, overrides, ablation)
+    """:func:`build_config` on the YAML file at ``path`` (a retired setting in it is reported with the file)."""
+    data = load_yaml(path) if path else None
+    if data is not None:
+        try:
+            data = drop_retired(data)
+        except ConfigError as e:
+            raise ConfigError(f"config file {path}: {e}") from None
+    cfg = build_config(data, overrides, ablation)
+    check_advisor_settings(cfg)
+    return cfg
 
 
 # --------------------------------------------------------------------------- ranges of the numeric keys
@@ -860,17 +859,11 @@ LIMITS: dict[str, Limit] = {
     "prior.trust_decay": _DECAY,
     "prior.trust_dead_zone": _closed(0.0, 100.0),
     "prior.trust_value_weight": _closed(0.0, 100.0),
-    "prior.trust_act_floor": Limit(0.0, 0.5, hi_open=True),  # 0.5 would cut off uninformed advice
-    "prior.trust_act_uninformed": Limit(0.0, 1.0, lo_open=True),  # 0 would never act, so never earn trust
     "prior.trust_min_gap": Limit(0.0, MAX_SCALE, lo_open=True),
     "prior.trust_states": _closed(1, 1_000_000),
     "prior.advice_samples": _closed(1, 64),
-    "prior.warmup_steps": _STEPS,
     "prior.dropout": Limit(0.0, 1.0, hi_open=True),
     "prior.control_episodes": Limit(0.0, 1.0, hi_open=True),
-    "prior.w_entropy": _SCALE,                        # and at least one of the three > 0
-    "prior.w_value": _SCALE,
-    "prior.w_disagreement": _SCALE,
     "prior.ema_decay": _DECAY,
     "prior.temperature": _POSITIVE,
     "prior.temperature_refit_every": _INTERVAL,
@@ -881,9 +874,6 @@ LIMITS: dict[str, Limit] = {
     "prior.kl_delta": _closed(0.0, 1e3),
     "prior.kl_eta": _closed(0.0, 1e3),
     "prior.lambda_max": _SCALE,
-    "prior.lambda_kl": _SCALE,
-    "prior.beta_bonus": _SCALE,
-    "prior.anneal_end": _STEPS,
     # The feature sandbox's own limits (lore.sandbox.runner.FeatureSandbox): at most 4096 features, a
     # positive per-observation timeout (a worker's CPU lifetime is 600 s), >= 16 MB of address space for
     # the worker (up to 1 TB), 1..64 worker processes, clip <= 1e30 (float32 range).
@@ -901,7 +891,6 @@ LIMITS: dict[str, Limit] = {
     "plan.mix_weight": _closed(0.0, 1e3),
     "distill.trust_kl": _POSITIVE,
     "distill.min_samples": _COUNT,
-    "distill.holdout_frac": _UNIT,
     "distill.check_every": _COUNT,
     "distill.loss_scale": _SCALE,
 }
@@ -1010,17 +999,6 @@ def validate_semantics(cfg: RunConfig) -> None:
         (cfg.prior.temperature_min <= cfg.prior.temperature_max,
          f"prior.temperature_min ({cfg.prior.temperature_min:g}) must be <= prior.temperature_max "
          f"({cfg.prior.temperature_max:g})"),
-        (cfg.prior.w_entropy + cfg.prior.w_value + cfg.prior.w_disagreement > 0,
-         "prior.w_entropy, prior.w_value and prior.w_disagreement are all 0: the uncertainty gate needs one > 0"),
-        (cfg.prior.trust_act_evidence != "returns" or cfg.prior.control_episodes > 0,
-         "prior.trust_act_evidence='returns' needs prior.control_episodes > 0: without control episodes "
-         "there are no returns to compare the advised episodes with"),
-        (cfg.prior.control_allocation == "fixed" or 0 < cfg.prior.control_episodes <= 0.5,
-         f"prior.control_allocation='matching' needs 0 < prior.control_episodes <= 0.5 (the share's floor; its "
-         f"ceiling is 1 - floor), got {cfg.prior.control_episodes:g}"),
-        (not cfg.prior.trust_failures or cfg.prior.control_episodes > 0,
-         "prior.trust_failures needs prior.control_episodes > 0: without control episodes there is no failure "
-         "rate to compare the advised episodes with"),
         (cfg.plan.elites <= cfg.plan.samples,
          f"plan.elites ({cfg.plan.elites}) must be <= plan.samples ({cfg.plan.samples})"),
         (cfg.llm.backend != "replay" or cfg.llm.replay_ledger, "llm.backend=replay needs llm.replay_ledger"),
@@ -1039,8 +1017,31 @@ def validate_semantics(cfg: RunConfig) -> None:
         raise ConfigError(f"model: ~{params:.2g} parameters (model.deter={m.deter}, units={m.units}, "
                           f"layers={m.layers}, stoch={m.stoch}, classes={m.classes}, cnn_depth={m.cnn_depth}) is "
                           f"more than {MAX_PARAMETERS:.0e}, which does not fit in one GPU's memory")
+    _check_base_url(cfg.llm.base_url)
     _check_env_name(env.name)
     check_crafter_settings(cfg)
+
+
+def _check_base_url(url: str | None) -> None:
+    """``llm.base_url`` is unset or an ``http(s)://host[:port][/path]`` endpoint."""
+    problem = None if url is None else url_problem(url)
+    if problem:
+        raise ConfigError(f"llm.base_url: {shown_url(url)}: {problem}")
+
+
+ADVISED_SETTINGS = ("prior.enabled", "features.enabled", "plan.enabled", "distill.enabled")
+"""Switches that act only through the LLM's answers (with ``llm.backend: none`` nothing is asked)."""
+
+
+def check_advisor_settings(cfg: RunConfig) -> None:
+    """Refuse a switch of :data:`ADVISED_SETTINGS` that is on while ``llm.backend`` is ``none``: the run would
+    train without the advice it claims to use."""
+    if cfg.llm.backend != "none":
+        return
+    for key in ADVISED_SETTINGS:
+        if _get(cfg, key):
+            raise ConfigError(f"{key}: true needs advice, but llm.backend is 'none' (ablation {cfg.ablation} asks "
+                              f"no LLM); set llm.backend to scripted, gemini or replay, or drop {key}")
 
 
 # --------------------------------------------------------------------------- Crafter-specific settings
@@ -1086,7 +1087,7 @@ def config_from_saved(path: str | Path) -> RunConfig:
     """
     data = load_yaml(path)
     try:
-        cfg = _from_dict(RunConfig, data)
+        cfg = _from_dict(RunConfig, drop_retired(data))
         cfg.model = resolve_model(cfg.model)
         validate_semantics(cfg)
     except ConfigError as e:

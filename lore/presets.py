@@ -16,13 +16,11 @@ m          1024   640    3        32     32      48         pixel Crafter on GPU
 every size; ``xs`` keeps the 32 latents but has 16 classes each (half the latent width, for CPU
 cost), so it is not the paper's XS, and ``debug`` shrinks both only to keep tests fast. ``bins`` is the two-hot support size (255),
 ``value_heads`` the bootstrapped critic heads (their spread is the gate's value signal; their draws
-score the advice), ``ensemble`` the one-step latent predictors for world-model disagreement (trained
-and queried only when the gate reads it, ``prior.w_disagreement > 0``), ``feature_units`` the width
+score the advice), ``ensemble`` the one-step latent predictors for world-model disagreement (built but,
+as nothing reads the disagreement, neither trained nor queried), ``feature_units`` the width
 of the late-fusion encoder for LLM features.
 
-CPU Crafter (config/crafter_cpu.yaml) runs xs: an update of a 16 x 64 batch of the symbolic
-observation costs ~3x as much with s as with xs (measured, 1 torch thread), too slow for a 3-arm x 3-seed
-benchmark in about two hours on 2 cores.
+An update costs roughly 3x more per preset step (debug < xs < s < m); on CPU use debug or xs.
 """
 
 from __future__ import annotations

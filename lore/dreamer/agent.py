@@ -44,7 +44,6 @@ from lore.dreamer.networks import MLP, CNNDecoder, CNNEncoder, EnsembleMLP, Head
 from lore.dreamer.rssm import LayerNormGRUCell
 from lore.dreamer.world_model import WorldModel
 from lore.prior.layer import PriorLayer
-from lore.prior.trust import predicted_failure
 
 Tensor = torch.Tensor
 
@@ -105,7 +104,7 @@ class DreamerAgent:
         self.critic = Critic(feat, m.value_heads, m.units, m.layers, self.wm.bins,
                              cfg.dreamer.critic_trunk).to(self.device)
         self.slow_critic = make_slow_copy(self.critic)
-        self.prior = PriorLayer(cfg.prior, num_actions, num_envs=cfg.env.num_envs, total_steps=cfg.train.steps)
+        self.prior = PriorLayer(cfg.prior, num_actions, num_envs=cfg.env.num_envs)
         self.retnorm = ReturnNormalizer(d.retnorm_decay, d.retnorm_low, d.retnorm_high, device=self.device)
         self.loss_scales = build_loss_scales(cfg)
         expected = [k for k in WM_LOSSES if k != "prior_net" or cfg.distill.enabled]
@@ -120,10 +119,9 @@ class DreamerAgent:
 
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(int(cfg.seed))
-        # the disagreement ensemble costs a tenth of an update or more and only the gate reads it: trained and
-        # queried where prior.w_disagreement > 0 (else its signal is NaN, its loss 0, its metrics NaN)
-        p = cfg.prior
-        self.reads_disagreement = bool(p.enabled and p.gate == "uncertainty" and p.w_disagreement > 0)
+        # the gate reads the policy entropy alone: the disagreement ensemble is neither trained nor queried
+        # (its signal is NaN, its loss 0, its metrics NaN)
+        self.reads_disagreement = False
         self.wm.train_ensemble = self.reads_disagreement
         # bootstrapped heads with separate weights (EnsembleMLP) can each run on their own rows
         self._critic_on_rows = (isinstance(self.critic.net, EnsembleMLP) and d.value_bootstrap < 1.0
@@ -351,20 +349,13 @@ class DreamerAgent:
         start = {"deter": post["deter"].reshape(n, -1).detach(),
                  "stoch": post["stoch"].reshape(n, *post["stoch"].shape[2:]).detach()}
         actor_logits: list[Tensor] = []
-        mix_prior = self.cfg.prior.mix_in_imagination and self.wm.prior_net is not None
-        beta_imag = self.prior.beta_max_at(self.env_step) if mix_prior else 0.0
-        temperature = float(getattr(self.prior, "temperature", 1.0))
 
         def policy(feat: Tensor, step: int) -> Tensor:
             latent = self.wm.one_hot(feat)  # imagined stoch is one-hot: first layers add selected rows
             logits = self.actor(latent)
             actor_logits.append(logits)
-            sample_logits = logits.detach()
-            if mix_prior and beta_imag > 0:
-                with torch.no_grad():
-                    sample_logits = sample_logits + beta_imag * torch.log_softmax(self.wm.prior_net(latent), -1) / temperature
-            noise = gumbel_noise(sample_logits.shape, self.generator, feat.device, feat.dtype)
-            return F.one_hot((sample_logits + noise).argmax(-1), self.num_actions).float()
+            noise = gumbel_noise(logits.shape, self.generator, feat.device, feat.dtype)
+            return F.one_hot((logits.detach() + noise).argmax(-1), self.num_actions).float()
 
         traj = self.wm.rssm.imagine(start, policy, d.horizon, self.generator)
         dense_feat, actions = traj["feat"], traj["action"]  # [H+1, N, F], [H, N, A]
@@ -401,12 +392,9 @@ class DreamerAgent:
 
         prior_logits = data["llm_prior_logits"].reshape(n, -1)
         mask = data["llm_mask"].reshape(n)
-        bonus = self.prior.advantage_bonus(prior_logits, actions[0].argmax(-1), mask)
-        advantage = torch.cat([advantage[:1] + bonus.detach()[None], advantage[1:]], 0)
         loss_actor, entropy = reinforce_loss(logits, actions, advantage, weight[:-1], d.actor_entropy)
         loss_prior, prior_metrics = self.prior.actor_loss(
-            logits[0], prior_logits, mask, data["llm_confidence"].reshape(n), data["llm_beta"].reshape(n),
-            data["llm_source"].reshape(n))
+            logits[0], prior_logits, mask, data["llm_beta"].reshape(n), data["llm_source"].reshape(n))
         if rows is None:
             loss_critic, loss_slow = critic_losses(value_logits[:, :-1], returns, slow_values, weight[:-1],
                                                    self.wm.bins, head_weight, fused=True)
@@ -468,25 +456,16 @@ class DreamerAgent:
         ``samples`` imagined prior steps per (state, action) pair, each scored by every critic head
         ``k``: ``D = samples * heads`` draws whose spread is the estimate's own uncertainty.
         """
-        return self.advice_outcomes(start, samples)[0]
-
-    @torch.no_grad()
-    def advice_outcomes(self, start: dict[str, Tensor], samples: int = 1,
-                        scale: float = 1.0) -> tuple[Tensor, Tensor]:
-        """:meth:`advice_q_values` ``[M, D, A]`` and each action's predicted failure probability ``[M, A]``
-        (:func:`lore.prior.trust.predicted_failure` with return scale ``scale``, mean over the samples)."""
         m, a = start["deter"].shape[0], self.num_actions
         state = {k: v.repeat_interleave(a, 0) for k, v in start.items()}  # [M*A, ...], actions vary fastest
         actions = torch.eye(a, device=self.device).repeat(m, 1)
-        draws, failures = [], []
+        draws = []
         for _ in range(samples):
             nxt, _ = self.wm.rssm.img_step(state, actions, self.generator)
             feat = self.wm.rssm.features(nxt)
-            reward, cont = self.wm.reward(feat), self.wm.continue_prob(feat)
-            q = reward + self.cfg.dreamer.gamma * cont * self.critic.values(feat)
+            q = self.wm.reward(feat) + self.cfg.dreamer.gamma * self.wm.continue_prob(feat) * self.critic.values(feat)
             draws.append(q.reshape(-1, m, a))  # [heads, M, A]
-            failures.append(predicted_failure(reward, cont, scale).reshape(m, a))
-        return torch.cat(draws, 0).permute(1, 0, 2), torch.stack(failures).mean(0)
+        return torch.cat(draws, 0).permute(1, 0, 2)
 
     def _score_advice(self, start: dict[str, Tensor], prior_logits: Tensor, mask: Tensor, codes: Tensor,
                       scale: float) -> dict[str, float]:
@@ -498,9 +477,8 @@ class DreamerAgent:
         if rows.numel() > limit:
             pick = torch.randperm(rows.numel(), generator=self.generator, device=self.generator.device)[:limit]
             rows = rows[pick.to(rows.device)]
-        q, failure = self.advice_outcomes({k: v[rows] for k, v in start.items()}, self.cfg.prior.advice_samples,
-                                          float(scale))
-        return self.prior.observe_advice_values(q / float(scale), prior_logits[rows], codes[rows], failure)
+        q = self.advice_q_values({k: v[rows] for k, v in start.items()}, self.cfg.prior.advice_samples)
+        return self.prior.observe_advice_values(q / float(scale), prior_logits[rows], codes[rows])
 
     def train_step(self, batch) -> dict[str, float]:
         """One DreamerV3 update (world model, then actor and critic in imagination) -> flat metrics."""

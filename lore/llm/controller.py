@@ -53,6 +53,7 @@ from lore.llm.ledger import LEDGER_NAME, Ledger
 from lore.llm.prompt import build_prompt, default_features_spec, prompt_hash
 from lore.llm.schema import DEFAULT_MAX_PLAN_LEN, VALIDATION_FAILURES, Advice, advice_to_dict, validate_advice
 from lore.llm.secrets import redact
+from lore.utils.io import expand_run_dir
 
 log = logging.getLogger("lore.llm")
 
@@ -205,7 +206,7 @@ class LLMController:
         self.run_dir = None if run_dir is None else Path(run_dir)
         self.ledger = Ledger(self.run_dir / LEDGER_NAME) if self.run_dir is not None else None
         if cache is True:
-            cache = (open_cache(llm.cache_path, getattr(llm, "shared_cache", None))
+            cache = (open_cache(expand_run_dir(llm.cache_path, self.run_dir), getattr(llm, "shared_cache", None))
                      if self.backend.name != "replay" else None)
         # (an empty cache is falsy, hence isinstance)
         self.cache: AdviceCache | TieredCache | None = cache if isinstance(cache, (AdviceCache, TieredCache)) else None
@@ -323,19 +324,6 @@ class LLMController:
         cursor.index += 1
         if cursor.index >= len(cursor.actions):
             del self._plans[env_index]
-
-    def prior_batch(self, state_keys: list[str], env_step: int) -> dict[str, np.ndarray]:
-        """``current`` for envs 0..N-1 as arrays: ``prior_logits [N, A]``, ``mask [N]``, ``confidence [N]``."""
-        n = len(state_keys)
-        out = {"prior_logits": np.zeros((n, self.num_actions), np.float32), "mask": np.zeros(n, np.float32),
-               "confidence": np.zeros(n, np.float32)}
-        for i, key in enumerate(state_keys):
-            advice = self.current(i, key, env_step)
-            if advice is not None:
-                out["prior_logits"][i] = advice.prior_logits
-                out["mask"][i] = 1.0
-                out["confidence"][i] = advice.confidence
-        return out
 
     def poll(self, env_step: int | None = None) -> None:
         """Apply answers that have arrived (``maybe_request`` does this itself)."""

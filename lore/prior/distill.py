@@ -1,17 +1,17 @@
 """When may PriorNet (the distilled LLM prior, a head on the agent's latent) answer for the LLM?
 
 The head itself lives in the agent (``agent.prior_net_logits(latent)``). This module holds only the
-trust logic: every fresh LLM answer that was held out from PriorNet's training is compared with
-PriorNet's logits at the same state (``KL(rho_llm || rho_net)``, the distillation direction). Once
-at least ``min_samples`` comparisons were made and the MEDIAN of the most recent ones is below
-``trust_kl``, PriorNet is trusted; the trust is re-evaluated continuously, so drift revokes it.
-While trusted, every ``check_every``-th due call still goes to the LLM as a held-out check.
+trust logic: every fresh LLM answer (not yet in replay, so held out from PriorNet's training) is
+compared with PriorNet's logits at the same state (``KL(rho_llm || rho_net)``, the distillation
+direction). Once at least ``min_samples`` comparisons were made and the MEDIAN of the most recent
+ones is below ``trust_kl``, PriorNet is trusted; the trust is re-evaluated continuously, so drift
+revokes it. While trusted, the controller still sends every ``distill.check_every``-th due call to the
+LLM as a held-out check (:class:`lore.llm.controller.LLMController`).
 """
 
 from __future__ import annotations
 
 import math
-import zlib
 from collections import deque
 
 import torch
@@ -20,23 +20,12 @@ from lore.config import DistillConfig
 from lore.prior.kl_control import categorical_kl
 
 
-def is_holdout(state_key: str, holdout_frac: float) -> bool:
-    """Stable, seed-free split: whether the LLM answer for ``state_key`` is held out from training.
-
-    A hash of the key (crc32) rather than a random draw, so the same state is on the same side in
-    every run and after a resume.
-    """
-    if not 0.0 <= holdout_frac <= 1.0:
-        raise ValueError(f"holdout_frac must be in [0, 1], got {holdout_frac}")
-    return (zlib.crc32(state_key.encode("utf-8")) % 10_000) < holdout_frac * 10_000
-
-
 class DistillationMonitor:
+    """Held-out KL between PriorNet and the LLM, and whether PriorNet may answer in the LLM's stead."""
+
     def __init__(self, cfg: DistillConfig, window: int | None = None, ema_decay: float = 0.95):
         if cfg.min_samples < 1:
             raise ValueError(f"distill.min_samples must be >= 1, got {cfg.min_samples}")
-        if cfg.check_every < 1:
-            raise ValueError(f"distill.check_every must be >= 1, got {cfg.check_every}")
         if not cfg.trust_kl > 0:
             raise ValueError(f"distill.trust_kl must be > 0, got {cfg.trust_kl}")
         self.cfg = cfg
@@ -76,16 +65,6 @@ class DistillationMonitor:
     def trusted(self) -> bool:
         """At least ``min_samples`` comparisons and the recent median KL below ``trust_kl``."""
         return self.samples >= self.cfg.min_samples and self.recent_median() < self.cfg.trust_kl
-
-    def should_verify(self, n: int) -> bool:
-        """Whether the ``n``-th (1-based) due call is a held-out check (still sent to the LLM)."""
-        if n < 1:
-            raise ValueError(f"should_verify counts due calls from 1, got {n}")
-        return n % self.cfg.check_every == 0
-
-    def should_call_llm(self, n: int) -> bool:
-        """Whether the ``n``-th due call must go to the LLM: always until trusted, then only the checks."""
-        return not self.trusted() or self.should_verify(n)
 
     def record_saved(self, count: int = 1) -> None:
         """Count due calls answered by PriorNet instead of the LLM."""

@@ -9,10 +9,9 @@ variable), the temperature ``T`` with its calibration labels, and the counters b
 
 At act time (per env)::
 
-    beta = beta_max(env_step) * u(s)                 # gate == "uncertainty", u in [0, 1]
-    beta = beta_max(env_step)                        # gate == "fixed"
-    beta = beta * act_scale(trust_act(source))       # prior.trust: min(1, 2 trust) by default (lore.prior.trust)
-                                                     # trust: value z + episode t + failed advised steps
+    beta = beta_max * min(1, u(s) / gate_full_at)    # gate == "uncertainty", u = entropy / log A in [0, 1]
+    beta = beta_max                                  # gate == "fixed"
+    beta = beta * min(1, 2 trust(source))            # prior.trust: value z + episode t + failed advised steps
     beta = 0 where mask == 0, where beta-dropout fired, in a control episode, or when the prior is disabled
     beta = largest beta' <= beta with KL(pi_mix || pi_wm) <= kl_bound   # kl_mode == "lagrangian"
     logits_mix = logits_wm + beta * stopgrad(prior_logits / T)
@@ -33,33 +32,11 @@ from collections.abc import Mapping
 import torch
 
 from lore.config import PriorConfig
-from lore.prior.gate import (
-    UNCERTAINTY_KEYS,
-    EMANormalizer,
-    beta_dropout_keep,
-    beta_max_schedule,
-    bounded_uncertainty,
-    trust_floored_beta,
-)
-from lore.prior.kl_control import (
-    absorption_mean,
-    advantage_bonus,
-    categorical_kl,
-    dual_ascent,
-    masked_mean,
-    prior_kl_regulariser,
-    project_beta_to_kl,
-)
+from lore.prior.gate import UNCERTAINTY_KEYS, EMANormalizer, beta_dropout_keep, uncertainty_parts
+from lore.prior.kl_control import categorical_kl, dual_ascent, masked_mean, project_beta_to_kl
 from lore.prior.mixing import categorical_entropy, mix_logits
 from lore.prior.temperature import fit_temperature
-from lore.prior.trust import (
-    AdviceTrust,
-    act_scale,
-    advice_failure_z,
-    advice_value_z,
-    matched_control_share,
-    replicated_best_action,
-)
+from lore.prior.trust import AdviceTrust, act_scale, advice_value_z, replicated_best_action
 
 _STATE_VERSION = 2
 _LABEL_CAPACITY = 4096
@@ -81,15 +58,15 @@ def _zero_acc() -> dict[str, float]:
 
 
 class PriorLayer:
-    def __init__(self, cfg: PriorConfig, num_actions: int, num_envs: int = 1, total_steps: int = 1):
+    def __init__(self, cfg: PriorConfig, num_actions: int, num_envs: int = 1):
         if num_actions < 1:
             raise ValueError(f"num_actions must be >= 1, got {num_actions}")
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         if cfg.gate not in ("fixed", "uncertainty"):
             raise ValueError(f"prior.gate must be fixed|uncertainty, got {cfg.gate!r}")
-        if cfg.kl_mode not in ("none", "lagrangian", "prior_reg", "bonus"):
-            raise ValueError(f"prior.kl_mode must be none|lagrangian|prior_reg|bonus, got {cfg.kl_mode!r}")
+        if cfg.kl_mode not in ("none", "lagrangian"):
+            raise ValueError(f"prior.kl_mode must be none|lagrangian, got {cfg.kl_mode!r}")
         if not 0 < cfg.temperature_min <= cfg.temperature_max:
             raise ValueError("prior.temperature_min/max must satisfy 0 < min <= max")
         if not cfg.temperature > 0:
@@ -97,27 +74,14 @@ class PriorLayer:
         self.cfg = cfg
         self.num_actions = int(num_actions)
         self.num_envs = int(num_envs)
-        self.total_steps = max(int(total_steps), 1)
-        self.anneal_end = cfg.anneal_end if cfg.anneal_end > 0 else self.total_steps
-        if cfg.anneal != "none" and self.anneal_end <= cfg.warmup_steps:
-            raise ValueError(f"prior.anneal_end ({self.anneal_end}, 0 = train.steps) must be after "
-                             f"prior.warmup_steps ({cfg.warmup_steps}): annealing starts when the warm-up ends")
-        self.beta_max_at(0)  # validates the schedule settings now rather than at the first step
         self.temperature = float(min(max(cfg.temperature, cfg.temperature_min), cfg.temperature_max))
         self.lambda_kl = 0.0
         """Dual variable of the KL Lagrangian (``kl_mode == "lagrangian"``); starts at 0."""
         self.normalisers = [EMANormalizer(cfg.ema_decay) for _ in UNCERTAINTY_KEYS]
-        self.trust = AdviceTrust(cfg.trust_decay, cfg.trust_gain, cfg.trust_dead_zone, cfg.trust_act_evidence,
-                                  cfg.trust_failures, cfg.trust_act_pooled, cfg.trust_model_failures,
-                                  cfg.trust_step_failures, cfg.trust_value_weight,
-                                  cfg.trust_episode_acted or cfg.trust_episode_strength,
-                                  cfg.trust_familywise)
+        self.trust = AdviceTrust(cfg.trust_decay, cfg.trust_gain, cfg.trust_dead_zone, cfg.trust_step_failures,
+                                  cfg.trust_value_weight)
         self.control = torch.zeros(self.num_envs, dtype=torch.bool)
         """Per env: is the current episode a control episode (prior off throughout)?"""
-        self.acted = torch.zeros(self.num_envs, dtype=torch.bool)
-        """Per env: has the advice changed an action of the current episode (``prior.trust_episode_acted``)?"""
-        self.strength = torch.zeros(self.num_envs, 2, dtype=torch.float64)
-        """Per env, over the current episode's steps that had advice: [sum of its act-time scale, steps]."""
         self.last_u: torch.Tensor | None = None
         """u(s) [num_envs] of the latest act step (the controller's trigger reads it, not a recomputation)."""
         self.labels: list[tuple[torch.Tensor, int]] = []
@@ -130,34 +94,27 @@ class PriorLayer:
         self.refits_at_bound = 0
         self._acc = _zero_acc()
 
-    # ------------------------------------------------------------------ schedule
-
-    def beta_max_at(self, env_step: int) -> float:
-        """``beta_max`` after warm-up (linear over ``warmup_steps`` env steps) and annealing; 0 if disabled."""
-        if not self.cfg.enabled:
-            return 0.0
-        return beta_max_schedule(env_step, self.cfg.beta_max, self.cfg.warmup_steps, self.cfg.anneal,
-                                 self.anneal_end)
+    # ------------------------------------------------------------------ settings
 
     @property
-    def weights(self) -> tuple[float, float, float]:
-        return (self.cfg.w_entropy, self.cfg.w_value, self.cfg.w_disagreement)
+    def beta_max(self) -> float:
+        """``prior.beta_max``, or 0 when the prior is disabled."""
+        return self.cfg.beta_max if self.cfg.enabled else 0.0
 
     # ------------------------------------------------------------------ acting
 
     def _uncertainty_signals(self, u: Mapping[str, torch.Tensor] | None, batch: int,
                              device: torch.device) -> list[torch.Tensor] | None:
-        """The three raw signals as float ``[B]`` tensors; a signal with weight 0 may be missing."""
+        """The three raw signals as float ``[B]`` tensors; a missing diagnostic (value_var, disagreement) is NaN."""
         if u is None:
             return None
         signals = []
-        for key, weight in zip(UNCERTAINTY_KEYS, self.weights, strict=True):
+        for key in UNCERTAINTY_KEYS:
             value = u.get(key)
             if value is None:
-                if weight > 0 and self.cfg.gate == "uncertainty" and self.cfg.enabled:
-                    raise ValueError(f"PriorLayer.act: uncertainty signal u['{key}'] is missing "
-                                     f"(its weight is {weight}; set it to 0 to drop the signal)")
-                value = torch.zeros(batch, device=device)
+                if key == "entropy" and self.cfg.gate == "uncertainty" and self.cfg.enabled:
+                    raise ValueError("PriorLayer.act: uncertainty signal u['entropy'] is missing (the gate reads it)")
+                value = torch.full((batch,), math.nan, device=device)
             value = torch.as_tensor(value, device=device).detach().float()
             if value.shape != (batch,):
                 raise ValueError(f"PriorLayer.act: u['{key}'] must have shape [{batch}], got {tuple(value.shape)}")
@@ -196,25 +153,20 @@ class PriorLayer:
             return self.gate_u(signals)[0].detach().cpu()
 
     def gate_u(self, signals: list[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """``u [B]`` in [0, 1] and its three parts from the raw signals (running means as they stand)."""
-        means = [n.mean for n in self.normalisers]
-        u, parts = bounded_uncertainty(signals, self.weights, self.num_actions, means)
-        # a signal nobody computed (NaN throughout, e.g. disagreement while the gate does not read it) has no
-        # part to report: NaN, not the 0.5 that its zero-filled stand-in gives inside u
+        """``u [B]`` in [0, 1] (the entropy part) and the three parts from the raw signals (running means as they
+        stand); a signal nobody computed (NaN throughout) has a NaN part."""
+        parts = uncertainty_parts(signals, self.num_actions, [n.mean for n in self.normalisers])
         parts = [part if bool(torch.isfinite(signal).any()) else torch.full_like(part, math.nan)
                  for part, signal in zip(parts, signals, strict=True)]
-        return u, parts
+        return parts[0], parts
 
     def trust_scale(self, source: torch.Tensor | None, batch: int, device: torch.device) -> torch.Tensor:
-        """Per-env multiplier of beta from each env's advice source (1 without ``prior.trust``):
-        :func:`lore.prior.trust.act_scale` of its act-time trust.
+        """Per-env multiplier of beta from each env's advice source: ``min(1, 2 trust)`` (1 without ``prior.trust``).
 
-        Uninformed advice (trust 0.5) acts at full strength by default (``prior.trust_act_uninformed``), so good
-        advice can lead the agent to the reward that produces the evidence; advice with evidence of harm fades
-        out, and is cut off below ``prior.trust_act_floor`` (``prior.trust_act_evidence`` says which evidence, :meth:`AdviceTrust.act_value`).
+        Uninformed advice (trust 0.5) acts at full strength, so good advice can lead the agent to the reward that
+        produces the evidence; advice with evidence of harm fades out.
         """
-        return act_scale(self._trust_per_row(source, batch, device, act=True), self.cfg.trust_act_floor,
-                         self.cfg.trust_act_uninformed)
+        return act_scale(self._trust_per_row(source, batch, device))
 
     def absorb_weight(self, source: torch.Tensor | None, rows: int, device: torch.device) -> torch.Tensor:
         """Per-row weight of the KL absorption term: ``clip(2 * trust - 1, 0, 1)`` (1 without ``prior.trust``).
@@ -222,19 +174,16 @@ class PriorLayer:
         Act optimistically, learn conservatively: uninformed advice (trust 0.5) still steers the advised
         episodes at full strength, which is what produces the evidence, but only advice with net positive
         evidence is distilled into the policy. Distilling uninformed advice is a bet with zero expected
-        value, and it is the one that is not undone when the evidence turns: measured on DoorKey with
-        the adversarial advisor, absorbing from the start collapsed the actor's entropy to 0.27 nats and
-        its eval success to 0 (from 0.15 for the untrained policy) before any reward could be seen.
+        value, and it is the one that is not undone when the evidence turns.
         """
         return (2.0 * self._trust_per_row(source, rows, device) - 1.0).clamp(0.0, 1.0)
 
-    def _trust_per_row(self, source: torch.Tensor | None, rows: int, device: torch.device,
-                       act: bool = False) -> torch.Tensor:
+    def _trust_per_row(self, source: torch.Tensor | None, rows: int, device: torch.device) -> torch.Tensor:
         """Trust of each row's advice source ``[rows]``; 1 (fully trusted) without ``prior.trust`` or a source."""
         if not self.cfg.trust or source is None:
             return torch.ones(rows, device=device)
         codes = torch.as_tensor(source, device=device).reshape(-1)
-        return self.trust.values_for(codes, act=act).to(device)
+        return self.trust.values_for(codes).to(device)
 
     def act(self, logits_wm: torch.Tensor, prior_logits: torch.Tensor | None, mask: torch.Tensor,
             u: Mapping[str, torch.Tensor] | None, env_step: int,
@@ -258,7 +207,7 @@ class PriorLayer:
             if signals is not None and stateful:
                 for normaliser, signal in zip(self.normalisers, signals, strict=True):
                     normaliser.update(signal)
-            beta_max_now = self.beta_max_at(env_step)
+            beta_max_now = self.beta_max
             u_comb, parts = None, None
             if signals is not None:
                 u_comb, parts = self.gate_u(signals)
@@ -272,16 +221,12 @@ class PriorLayer:
                         raise ValueError("PriorLayer.act: gate 'uncertainty' needs u = {'entropy', "
                                          "'value_var', 'disagreement'}")
                     beta = beta_max_now * (u_comb.to(device) / self.cfg.gate_full_at).clamp(max=1.0)
-                    if self.cfg.gate_trust_floor and self.cfg.trust:
-                        beta = trust_floored_beta(beta, beta_max_now, self.absorb_weight(source, batch, device))
-                scale = self.trust_scale(source, batch, device)
-                beta = beta * scale
+                beta = beta * self.trust_scale(source, batch, device)
                 keep = beta_dropout_keep(batch, self.cfg.dropout, generator, device)
                 if stateful:
                     if not control_drawn:
                         self.draw_control_episodes(is_first, generator)
                     keep = keep & ~self.control.to(device)
-                    self._add_strength(scale, mask)
                 beta = beta * keep * (mask > 0)
             beta = beta.to(logits_wm.dtype)
             beta_unbounded = beta
@@ -297,65 +242,24 @@ class PriorLayer:
             self._record_act(logits_wm, logits_mix, beta, beta_unbounded, mask, prior, signals, u_comb, parts)
         return logits_mix, beta
 
-    def _add_strength(self, scale: torch.Tensor, mask: torch.Tensor) -> None:
-        """Fold one act step's act-time scale ``[num_envs]`` into the episode strength of the advised envs that
-        had advice (``mask [num_envs] > 0``); control episodes have none to scale."""
-        had = (mask.reshape(-1) > 0).cpu() & ~self.control
-        self.strength[:, 0] += torch.where(had, scale.detach().double().cpu(), 0.0)
-        self.strength[:, 1] += had.double()
-
     def episode_record(self, env_index: int) -> dict[str, float]:
         """What the episode in flight on env ``env_index`` was, for ``episodes.csv`` (read before
-        :meth:`observe_episode`): ``control`` (1: ran without the prior) and ``advice_strength``, the mean
-        act-time scale of beta over its steps that had advice (NaN without any: a control episode, or advice
-        never present), the weight ``prior.trust_episode_strength`` gives the episode."""
-        return {"control": float(bool(self.control[env_index])), "advice_strength": self._mean_strength(env_index)}
+        :meth:`observe_episode`): ``control`` (1: ran without the prior)."""
+        return {"control": float(bool(self.control[env_index]))}
 
-    def _mean_strength(self, env_index: int) -> float:
-        """Mean act-time scale over the episode in flight's steps that had advice; NaN without any."""
-        total, steps = (float(v) for v in self.strength[env_index])
-        return total / steps if steps > 0 else math.nan
-
-    def observe_episode(self, env_index: int, episode_return: float, failed: bool = False) -> None:
-        """An episode of env ``env_index`` ended: its return (and whether it ended in failure, see
-        :class:`lore.prior.trust.EpisodeComparison`) is evidence for the trust (advised vs control).
+    def observe_episode(self, env_index: int, episode_return: float) -> None:
+        """An episode of env ``env_index`` ended: its return is evidence for the trust (advised vs control).
 
         Called before the env's next act step, so ``control`` still describes the episode that ended.
-        With ``prior.trust_episode_acted`` an advised episode whose actions the advice never changed is no
-        evidence about the advice and is left out; with ``prior.trust_episode_strength`` an advised episode
-        counts as the share of beta its advice acted at (:meth:`episode_record`), so damped advice neither
-        adds its episodes (the agent's own play) to the advised group nor wears that group's evidence away.
         """
-        acted, self.acted[env_index] = bool(self.acted[env_index]), False
-        strength = self._mean_strength(env_index)
-        self.strength[env_index] = 0.0
-        control = bool(self.control[env_index])
-        if not control and self.cfg.trust_episode_acted and not acted:
-            return
-        weight = 1.0
-        if not control and self.cfg.trust_episode_strength:
-            weight = min(max(strength, 0.0), 1.0) if math.isfinite(strength) else 0.0
         if self.cfg.enabled and self.cfg.trust and self.cfg.control_episodes > 0:
-            self.trust.episodes.observe(float(episode_return), control, bool(failed), weight)
+            self.trust.episodes.observe(float(episode_return), bool(self.control[env_index]))
 
     def observe_steps(self, changed: torch.Tensor, source: torch.Tensor, failed: torch.Tensor) -> None:
         """One env step of every env: whether the advice changed the action, its source code and whether the
         step ended the episode in failure (evidence for ``prior.trust_step_failures``)."""
-        if self.cfg.trust_episode_acted:
-            self.acted |= torch.as_tensor(changed).bool().cpu().reshape(self.num_envs)
         if self.cfg.enabled and self.cfg.trust and self.cfg.trust_step_failures:
             self.trust.steps.observe(torch.as_tensor(changed), torch.as_tensor(source), torch.as_tensor(failed))
-
-    def control_share(self) -> float:
-        """Probability that an episode starting now runs without the prior (``prior.control_allocation``).
-
-        ``fixed``: ``prior.control_episodes``. ``matching``: :func:`lore.prior.trust.matched_control_share`
-        of the advised-vs-control episode t, between ``control_episodes`` and ``1 - control_episodes``.
-        """
-        share = float(self.cfg.control_episodes)
-        if share <= 0 or self.cfg.control_allocation == "fixed" or not (self.cfg.enabled and self.cfg.trust):
-            return share
-        return matched_control_share(self.trust.episodes.t_statistic(), share)
 
     def draw_control_episodes(self, is_first: torch.Tensor | None, generator: torch.Generator | None) -> None:
         """At each env's episode start, make the episode a control episode with prob ``control_episodes``.
@@ -368,7 +272,7 @@ class PriorLayer:
         if not bool(starts.any()):
             return
         gen_device = generator.device if generator is not None else torch.device("cpu")
-        draw = (torch.rand(self.num_envs, generator=generator, device=gen_device) < self.control_share()).cpu()
+        draw = (torch.rand(self.num_envs, generator=generator, device=gen_device) < self.cfg.control_episodes).cpu()
         self.control = torch.where(starts, draw, self.control)
 
     def _record_act(self, logits_wm, logits_mix, beta, beta_unbounded, mask, prior, signals, u_comb, parts) -> None:
@@ -420,16 +324,13 @@ class PriorLayer:
         return tuple(out)
 
     def actor_loss(self, logits_wm: torch.Tensor, prior_logits: torch.Tensor, mask: torch.Tensor,
-                   confidence: torch.Tensor, beta: torch.Tensor,
-                   source: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+                   beta: torch.Tensor, source: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
         """Prior term of the actor loss for ``logits_wm [..., A]`` (with grad) and per-row ``[...]`` inputs.
 
-        ``lagrangian``: ``lambda * relu(KL(pi_mix || pi_wm) - delta)``, masked mean, where ``pi_mix``
-        uses the stored ``beta`` and is a stop-gradient target (the gradient reaches ``logits_wm`` through
-        ``pi_wm`` only); with ``prior.trust`` each row's term is weighted by its absorption weight ``w``
-        (``prior.absorb_trust: loss``) or ``pi_mix`` uses ``w * beta`` (``tilt``); ``prior_reg``:
-        ``lambda_kl * mean(mask * confidence * KL(pi_wm || rho))`` with ``rho = softmax(prior / T)``;
-        ``bonus`` / ``none`` / disabled: 0. ``kl_mix_wm`` (masked mean) is reported in every mode.
+        ``lagrangian``: ``lambda * masked_mean(w * relu(KL(pi_mix || pi_wm) - delta))`` over advised rows, where
+        ``pi_mix`` uses the stored ``beta`` and is a stop-gradient target (the gradient reaches ``logits_wm``
+        through ``pi_wm`` only) and ``w`` is each row's absorption weight (1 without ``prior.trust``);
+        ``none`` / disabled: 0. ``kl_mix_wm`` (masked mean) is reported in both modes.
         """
         if logits_wm.shape[-1] != self.num_actions:
             raise ValueError(f"logits_wm last dim must be {self.num_actions}, got {tuple(logits_wm.shape)}")
@@ -437,80 +338,41 @@ class PriorLayer:
             raise ValueError(f"prior_logits shape {tuple(prior_logits.shape)} != logits_wm {tuple(logits_wm.shape)}")
         if source is None:
             source = torch.zeros(logits_wm.shape[:-1], device=logits_wm.device)
-        logits, mask, confidence, beta, source = self._flatten(logits_wm, mask=mask, confidence=confidence, beta=beta,
-                                                               source=source)
+        logits, mask, beta, source = self._flatten(logits_wm, mask=mask, beta=beta, source=source)
         prior = self._checked_prior(prior_logits.reshape(-1, self.num_actions), mask, logits)
         if not self.cfg.enabled:
             beta = torch.zeros_like(beta)
-        mode = self.cfg.kl_mode if self.cfg.enabled else "none"
-        if mode == "lagrangian":
-            # pi_mix is the target (stop-gradient): with a gradient through both sides the actor can
-            # also shrink the KL by turning deterministic (a peaked pi_wm barely moves under a finite
-            # tilt), which we measured as an entropy collapse to 0.15 nats within 2k env steps.
+        if self.cfg.enabled and self.cfg.kl_mode == "lagrangian":
+            # pi_mix is the target (stop-gradient): with a gradient through both sides the actor can also
+            # shrink the KL by turning deterministic (a peaked pi_wm barely moves under a finite tilt).
             # With sg(pi_mix) the gradient is lambda * (pi_wm - pi_mix): it moves pi_wm towards the tilt.
             weight = self.absorb_weight(source, logits.shape[0], logits.device)
-            tilt_by_trust = self.cfg.absorb_trust == "tilt"
-            # tilt: the trust shrinks the tilt the actor is pulled to, so the constraint KL <= delta is met by
-            # absorbing a w-sized share of the advice and lambda never makes up for a small w.
-            tilt = beta * weight if tilt_by_trust else beta
-            target = mix_logits(logits, prior, tilt.to(logits.dtype), self.temperature).detach()
+            target = mix_logits(logits, prior, beta.to(logits.dtype), self.temperature).detach()
             kl = categorical_kl(target, logits)
-            if tilt_by_trust:
-                loss = self.lambda_kl * absorption_mean(torch.relu(kl - self.cfg.kl_delta), mask,
-                                                        self.cfg.absorb_over)
-                kl_mix_wm = (masked_mean(kl.detach(), mask) if bool((mask > 0).any())
-                             else torch.tensor(math.nan))
-            else:
-                absorbed = (mask > 0) & (weight > 0)
-                loss = self.lambda_kl * absorption_mean(torch.relu(kl - self.cfg.kl_delta) * weight, mask,
-                                                        self.cfg.absorb_over)
-                # The constraint is on the trust-weighted KL, E[w (KL - delta)] <= 0: the dual variable does
-                # not grow on advice that is not being absorbed (w = 0 gives KL = delta, no dual step).
-                kl_mix_wm = (self.cfg.kl_delta + masked_mean(weight * (kl.detach() - self.cfg.kl_delta), mask)
-                             if bool(absorbed.any()) else torch.tensor(math.nan))
+            absorbed = (mask > 0) & (weight > 0)
+            loss = self.lambda_kl * masked_mean(torch.relu(kl - self.cfg.kl_delta) * weight, mask)
+            # The constraint is on the trust-weighted KL, E[w (KL - delta)] <= 0: the dual variable does not
+            # grow on advice that is not being absorbed (w = 0 gives KL = delta, no dual step).
+            kl_mix_wm = (self.cfg.kl_delta + masked_mean(weight * (kl.detach() - self.cfg.kl_delta), mask)
+                         if bool(absorbed.any()) else torch.tensor(math.nan))
         else:
             with torch.no_grad():
                 logits_mix = mix_logits(logits, prior, beta.to(logits.dtype), self.temperature)
                 kl_mix_wm = masked_mean(categorical_kl(logits_mix, logits), mask)
-            if mode == "prior_reg":
-                weight = (mask > 0).to(logits.dtype) * confidence.to(logits.dtype)
-                loss = prior_kl_regulariser(logits, prior / self.temperature, weight, self.cfg.lambda_kl)
-            else:
-                loss = logits.sum() * 0.0
+            loss = logits.sum() * 0.0
         metrics = {
             "kl_mix_wm": kl_mix_wm.item(),
             "prior_loss": loss.detach().item(),
             "lambda_kl": self.current_lambda(),
             "prior_mask_frac_train": (mask > 0).float().mean().item() if mask.numel() else 0.0,
         }
-        if mode == "prior_reg":
-            with torch.no_grad():
-                metrics["kl_wm_prior"] = masked_mean(categorical_kl(logits, prior / self.temperature), mask).item()
         self._acc["n_loss"] += 1
         self._acc["prior_loss"] += metrics["prior_loss"]
         return loss, metrics
 
-    def advantage_bonus(self, prior_logits: torch.Tensor, actions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """``beta_bonus * log rho(a) * mask`` per row (``rho = softmax(prior / T)``); 0 unless ``kl_mode == "bonus"``."""
-        if prior_logits.shape[-1] != self.num_actions:
-            raise ValueError(f"prior_logits last dim must be {self.num_actions}, got {tuple(prior_logits.shape)}")
-        lead = prior_logits.shape[:-1]
-        prior, actions, mask = self._flatten(prior_logits, actions=actions, mask=mask)
-        if not (self.cfg.enabled and self.cfg.kl_mode == "bonus"):
-            return torch.zeros(lead, dtype=prior.dtype, device=prior.device)
-        prior = self._checked_prior(prior, mask, prior)
-        bonus = advantage_bonus(prior / self.temperature, actions, mask, self.cfg.beta_bonus)
-        return bonus.reshape(lead)
-
     def current_lambda(self) -> float:
-        """The KL multiplier in use: the dual variable (lagrangian), ``lambda_kl`` (prior_reg), else 0."""
-        if not self.cfg.enabled:
-            return 0.0
-        if self.cfg.kl_mode == "lagrangian":
-            return self.lambda_kl
-        if self.cfg.kl_mode == "prior_reg":
-            return self.cfg.lambda_kl
-        return 0.0
+        """The KL multiplier in use: the dual variable with ``kl_mode: lagrangian``, else 0."""
+        return self.lambda_kl if self.cfg.enabled and self.cfg.kl_mode == "lagrangian" else 0.0
 
     def update_lambda(self, kl_mean: float) -> None:
         """Dual ascent on ``lambda`` with the masked-mean ``KL(pi_mix || pi_wm)`` (lagrangian mode only)."""
@@ -523,13 +385,11 @@ class PriorLayer:
         return self.cfg.enabled and (self.cfg.trust or self.cfg.align_temperature)
 
     def observe_advice_values(self, q_values: torch.Tensor, prior_logits: torch.Tensor,
-                              codes: torch.Tensor, failure: torch.Tensor | None = None) -> dict[str, float]:
+                              codes: torch.Tensor) -> dict[str, float]:
         """Evidence from one update: one-step values of advised states, ``q [N, A]`` or draws ``[N, D, A]``.
 
         The mean over draws (return-scale units) feeds the per-source trust (value z-score of the
         advice); states where all ``D`` draws agree on the best action give the temperature's labels.
-        ``failure [N, A]`` (predicted failure probability of each action,
-        :func:`lore.prior.trust.predicted_failure`) feeds the failure z-score (``prior.trust_model_failures``).
         """
         q_draws = q_values[:, None, :] if q_values.dim() == 2 else q_values
         if (q_draws.dim() != 3 or q_draws.shape[::2] != prior_logits.shape
@@ -543,11 +403,6 @@ class PriorLayer:
         prior = prior_logits.detach().double().cpu()
         z = advice_value_z(q, prior, self.cfg.trust_min_gap)
         self.trust.observe(z, codes.detach().cpu())
-        extra = {}
-        if failure is not None and self.cfg.trust_model_failures:
-            fail_z = advice_failure_z(failure.detach().double().cpu(), prior)
-            self.trust.observe_failures(fail_z, codes.detach().cpu())
-            extra["advice_failure_z"] = float(fail_z.mean())
         informative = q.std(-1, unbiased=False) > self.cfg.trust_min_gap
         best, labelled = replicated_best_action(q_draws, self.cfg.trust_min_gap)
         for row in torch.nonzero(labelled).flatten().tolist():
@@ -556,7 +411,7 @@ class PriorLayer:
         return {"advice_value_z": float(z.mean()), "advice_informative_frac": float(informative.double().mean()),
                 "advice_labelled_frac": float(labelled.double().mean()),
                 "advice_top_is_best": float((prior.argmax(-1) == best)[labelled].double().mean())
-                if bool(labelled.any()) else math.nan, **extra}
+                if bool(labelled.any()) else math.nan}
 
     def refit_due(self, env_step: int) -> bool:
         """Whether ``temperature_refit_every`` env steps passed since the last refit (align_temperature on)."""
@@ -625,12 +480,11 @@ class PriorLayer:
             "entropy_wm": ratio(acc["entropy_wm"], acc["n_act"]),
             "entropy_mix": ratio(acc["entropy_mix"], acc["n_act"]),
             "gate_open_frac": ratio(acc["open_sum"], acc["n_act"]),
-            "beta_max_now": self.beta_max_at(self.last_env_step),
+            "beta_max_now": self.beta_max,
             "temperature_refits": float(self.refits),
             "temperature_refits_skipped": float(self.refits_skipped),
             "temperature_refits_at_bound": float(self.refits_at_bound),
             "kl_bound_active_frac": ratio(acc["kl_clipped"], acc["n_applied"]),
-            "control_share": self.control_share() if self.cfg.enabled else nan,
             **self.trust.metrics(),
         }
         for key in _SEPARATION_KEYS:
@@ -645,8 +499,6 @@ class PriorLayer:
             "lambda_kl": self.lambda_kl,
             "normalisers": [n.state_dict() for n in self.normalisers],
             "control": self.control.tolist(),
-            "acted": self.acted.tolist(),
-            "strength": self.strength.tolist(),
             "trust": self.trust.state_dict(),
             "labels": [(p.tolist(), y) for p, y in self.labels],
             "refits_at_bound": self.refits_at_bound,
@@ -669,10 +521,6 @@ class PriorLayer:
             raise ValueError(f"PriorLayer.load_state_dict: saved state has {control.numel()} envs, "
                              f"this layer has num_envs={self.num_envs}")
         self.control = control
-        # checkpoints written before the flag was kept: the episodes in flight count as acted on
-        self.acted = torch.tensor(state.get("acted", [True] * self.num_envs), dtype=torch.bool)
-        # and before the strength was: the episodes in flight start counting it from here
-        self.strength = torch.tensor(state.get("strength", [[0.0, 0.0]] * self.num_envs), dtype=torch.float64)
         self.trust.load_state_dict(state["trust"])
         self.labels = [(torch.tensor(p), int(y)) for p, y in state["labels"]]
         self.refits_at_bound = int(state["refits_at_bound"])

@@ -184,21 +184,20 @@ class LLMBridge:
     def advice_used(self) -> bool:
         """Whether anything acts on the advice itself (mixing, the plan, PriorNet's distillation).
 
-        Without, the LLM is asked only for feature code (the ``features`` arm): measured on the benchmark, that
-        arm otherwise kept asking for advice nobody read, 30-38 calls per 10k env steps after its program ran.
+        Without, the LLM is asked only for feature code (the ``features`` arm), and not again once a feature
+        program runs: its advice would go unread.
         """
         c = self.cfg
         return c.prior.enabled or c.plan.enabled or c.distill.enabled
 
     def gate_values(self, u: torch.Tensor | None = None) -> np.ndarray:
         """The controller's trigger per env, in [0, 1]: state uncertainty u(s) of this act step (``u``, or the
-        prior layer's last) times the act-time trust in the LLM's answers (asking is worth its cost only where the
-        agent is unsure and the answers would act; not at all below ``prior.trust_act_floor``, where they would not)."""
+        prior layer's last) times the trust in the LLM's answers (asking is worth its cost where the agent is
+        unsure and the answers would act)."""
         layer = self.agent.prior
         u = layer.last_u if u is None else u
         if self.cfg.prior.trust:
-            trust = layer.trust.act_value("llm")
-            u = u * trust if trust >= self.cfg.prior.trust_act_floor else u * 0.0
+            u = u * layer.trust.value("llm")
         return u.numpy()
 
     def after_act(self, env_step: int, out, actions: np.ndarray, beta: np.ndarray, prefill: bool) -> None:
