@@ -5,6 +5,7 @@
 #   snakemake --profile workflow/profiles/slurm --configfile config/paper.yaml
 #   snakemake --report results/report.html                # HTML report of the last run
 #   snakemake --cores 2 --configfile config/benchmark.yaml  # LLM-prior benchmark -> docs/benchmark/
+#   snakemake --cores 2 --config experiment=<name>        # a declared experiment (config/experiments/)
 #
 # See docs/workflow.md.
 from snakemake.utils import min_version
@@ -26,6 +27,7 @@ include: "workflow/rules/figures.smk"
 include: "workflow/rules/paper.smk"
 include: "workflow/rules/benchmark_report.smk"
 include: "workflow/rules/slurm.smk"
+include: "workflow/rules/experiments.smk"
 
 
 report: "workflow/report/workflow.rst"
@@ -39,9 +41,28 @@ localrules:
     figures,
     paper_macros,
     paper,
+    experiment_compare,
+    experiment_log,
 
 
 rule all:
     default_target: True
     input:
-        all_targets(),
+        experiment_targets() if EXPERIMENTS else all_targets(),
+
+
+# ---------------------------------------------------------------- the console at the end
+onsuccess:
+    from lore.train.status import workflow_lines
+
+    if EXPERIMENTS:
+        print("\n".join(experiment_lines()))
+    else:
+        print("\n".join(workflow_lines(runs_root(config), TRAIN_JOBS) + outputs_lines()))
+
+
+onerror:
+    from lore.train.status import workflow_lines
+
+    print("\n".join(workflow_lines(runs_root(config), TRAIN_JOBS)))
+    print(f"  `lore status {RESULTS}` shows every run; job logs are under {LOGS}")

@@ -4,6 +4,7 @@
     lore config --ablation full --set model.preset=s          # print the resolved config
     lore list                                                 # ablations and presets
     lore eval --run-dir results/runs/x --episodes 20 --with-prior   # evaluate a run's checkpoint
+    lore status [results] [--config config/paper.yaml]        # every run: state, step, steps/s, eval SR, ETA
     lore aggregate|figures|paper-macros ...                   # analysis (see lore.analysis.cli)
 
 Every error is one line on stderr naming the problem, with exit status 2 (bad input) or
@@ -70,13 +71,17 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_args(t)
     t.add_argument("--run-dir", "-o", required=True, help="run directory (created; resumed if it has a checkpoint)")
     t.add_argument("--no-progress", action="store_true", help="disable the progress bar")
+    t.add_argument("--finished-line", metavar="PATH",
+                   help="also append one line (env, arm, seed, final eval SR, wall time) to PATH when the run is "
+                        "complete, e.g. /dev/fd/3 (the workflow's console)")
     c = sub.add_parser("config", help="print the fully resolved config as YAML")
     _add_config_args(c)
     sub.add_parser("list", help="list ablations and model presets")
     e = sub.add_parser("eval", help="evaluate a run's checkpoint on fresh episodes (writes eval.csv's columns)")
     e.add_argument("--run-dir", "-o", required=True, help="run directory (reads config.yaml and checkpoint.pt)")
-    e.add_argument("--episodes", "-n", type=int, help="episodes (default: the run's eval.episodes)")
-    e.add_argument("--seed", type=int, help="evaluation seed: layouts and sampling (default: the run's seed, "
+    e.add_argument("--episodes", "-n", type=int, help="episodes, 1..10000 (default: the run's eval.episodes)")
+    e.add_argument("--seed", type=int, help="evaluation seed in 0..2**32-1: layouts and sampling "
+                                           "(default: the run's seed, "
                                            "which reproduces training's evaluation at the checkpoint)")
     e.add_argument("--with-prior", action="store_true",
                    help="mix in the LLM prior from the run's advisor backend (scripted works offline)")
@@ -84,6 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--frames", metavar="DIR", help="save frames (PNG per step, a GIF per episode) under DIR")
     e.add_argument("--out", help="output CSV (default: RUN/eval_<tag>.csv; never the run's eval.csv)")
     e.add_argument("--device", choices=["auto", "cpu", "cuda"], help="default: the run's device setting")
+    st = sub.add_parser("status", help="progress of every run under a runs (or results) root: state, step, ETA")
+    st.add_argument("root", nargs="?", help="runs root, or a results root holding runs/ (default: results/runs)")
+    st.add_argument("--config", help="workflow config: also list its runs that have no directory yet")
+    st.add_argument("--json", action="store_true", help="print JSON instead of the table")
     for name in ANALYSIS_COMMANDS:
         sub.add_parser(name, help=f"analysis command (see `lore {name} --help`)", add_help=False)
     return parser
@@ -112,6 +121,16 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "eval":
             return _eval(args)
+        if args.command == "status":
+            from lore.train.status import status_command
+
+            try:
+                return status_command(args.root, args.config, args.json)
+            except BrokenPipeError:  # `lore status | head`: the reader has what it wanted
+                import os
+
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+                return 0
         if args.command == "train" and not args.run_dir.strip():
             raise ConfigError("--run-dir: empty directory name")
         cfg = _config_from_args(args)
@@ -127,6 +146,7 @@ def _train(cfg, args) -> int:
     from lore.config import ConfigError
     from lore.train.checkpoint import CheckpointError
     from lore.train.trainer import Preempted, train
+    from lore.utils.io import NoSpaceError
 
     try:
         summary = train(cfg, args.run_dir, show_progress=False if args.no_progress else None)
@@ -135,12 +155,18 @@ def _train(cfg, args) -> int:
         return 143
     except (CheckpointError, ConfigError) as e:
         return fail(e)
+    except NoSpaceError as e:  # the previous checkpoint is intact: a rerun resumes once there is room
+        return fail(e, 1)
     except Exception as e:  # noqa: BLE001 - LLM start-up errors (missing key, bad ledger) get one clear line
         from lore.llm import LLMConfigError
 
         if isinstance(e, LLMConfigError):
             return fail(e)
         raise
+    if args.finished_line:
+        from lore.train.status import write_finished_line
+
+        write_finished_line(args.run_dir, args.finished_line)
     if summary.get("already_done"):
         print(f"lore: {args.run_dir} is already complete (env_step {summary.get('env_step')}); nothing to do")
     else:
@@ -152,14 +178,16 @@ def _eval(args) -> int:
     from lore.llm import LLMConfigError
     from lore.train.checkpoint import CheckpointError
     from lore.train.eval_cli import EvalOptions, format_row, run_eval
+    from lore.utils.io import NoSpaceError
 
     opts = EvalOptions(run_dir=args.run_dir, episodes=args.episodes, seed=args.seed, with_prior=args.with_prior,
                        env=args.env, frames=args.frames, out=args.out, device=args.device)
     try:
         row = run_eval(opts)
     except (CheckpointError, LLMConfigError) as e:  # ConfigError is reported by main()
-        print(f"lore: error: {e}", file=sys.stderr)
-        return 2
+        return fail(e)
+    except NoSpaceError as e:
+        return fail(e, 1)
     except KeyboardInterrupt:
         print("lore: eval interrupted; no output written", file=sys.stderr)
         return 130

@@ -6,6 +6,7 @@ A leaf module: :mod:`lore.config`, :mod:`lore.presets` and :mod:`lore.ablations`
 
 from __future__ import annotations
 
+import re
 import reprlib
 from typing import Any
 
@@ -24,3 +25,34 @@ def show(value: Any) -> str:
     """A short ``repr`` for error messages: bounded length and depth (a value may be a 10,000-deep list
     or a YAML alias bomb of 10**9 elements)."""
     return _REPR.repr(value)
+
+
+def url_problem(url: str) -> str | None:
+    """Why ``url`` is not an ``http(s)://host[:port][/path]`` endpoint (None when it is one)."""
+    from urllib.parse import urlsplit
+
+    if not url or url != url.strip() or any(not ch.isprintable() or ch.isspace() for ch in url):
+        return "expected http(s)://host[:port][/path] without blanks or control characters"
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # raises ValueError for a port that is not a number in 0..65535
+    except ValueError as e:
+        return f"not a URL ({e})"
+    if parts.scheme not in ("http", "https"):
+        return f"the scheme must be http or https, got {show(parts.scheme or url)}"
+    if not parts.hostname:
+        return "no host name (expected http(s)://host[:port][/path])"
+    if ":" not in parts.hostname and not re.fullmatch(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?", parts.hostname):
+        return f"{show(parts.hostname)} is not a host name (letters, digits, dots and hyphens)"
+    if parts.username is not None or parts.password is not None:
+        return "credentials in the URL (the API key goes in GEMINI_API_KEY)"
+    if port == 0:
+        return "port 0 is not a port to connect to"
+    if parts.query or parts.fragment:
+        return "a query or fragment (?... or #...) is not part of an endpoint"
+    return None
+
+
+def shown_url(url: str) -> str:
+    """``url`` for an error message: shortened, with a ``user:password@`` part masked."""
+    return show(re.sub(r"(?<=://)[^/@]*@", "***@", url))

@@ -3,20 +3,30 @@
 # system packages the workflow needs (TeX Live, poppler, SLURM) when run as root.
 # torch is pinned to the CPU wheel through .ci/constraints.txt so no multi-GB CUDA build is pulled;
 # on a GPU cluster install with your own torch instead: pip install -e ".[workflow]".
+# Prints one line per step on stderr; pip's own output is kept to its errors.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+step() { echo "setup: $*" >&2; }
 if [ ! -x .venv/bin/python ]; then
+  step "creating .venv with $("$PY" --version 2>&1)"
   "$PY" -m venv .venv
+else
+  step "using the existing .venv ($(.venv/bin/python --version 2>&1))"
 fi
 .venv/bin/python -m pip install -qq --upgrade pip >/dev/null
 # -qq keeps errors but drops warnings about the machine's own pip config (e.g. "Location ... is ignored"
 # for a find-links folder that does not exist); ignoring UserWarning silences setuptools' editable-install
 # banner ("be careful with folders ... same name as your package"), printed by the build backend every time.
-PYTHONWARNINGS="ignore::UserWarning" \
-  .venv/bin/python -m pip install -qq -c .ci/constraints.txt "torch==2.13.0" -e ".[workflow,test]"
+pip_install() { PYTHONWARNINGS="ignore::UserWarning" .venv/bin/python -m pip install -qq -c .ci/constraints.txt "$@"; }
+step "installing torch 2.13.0 (CPU wheel)"
+pip_install "torch==2.13.0"
+step "installing lore with its workflow and test extras (editable)"
+pip_install -e ".[workflow,test]"
 if [ "$(id -u)" -eq 0 ]; then
+  step "installing system packages (TeX Live, poppler, SLURM) where missing"
   bash .ci/install-system.sh
 else
-  echo "setup: not root; install TeX Live, poppler-utils and (optionally) SLURM yourself: see .ci/install-system.sh" >&2
+  step "not root; install TeX Live, poppler-utils and (optionally) SLURM yourself: see .ci/install-system.sh"
 fi
+step "done: run the tests with .venv/bin/python -m pytest -q"

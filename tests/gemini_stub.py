@@ -11,6 +11,10 @@ many), ``nan`` (a NaN logit), ``missing`` (no ``confidence``), ``http429`` / ``h
 With no fault queued the stub answers ``ok``. The number of logits follows the request's
 ``responseSchema`` (``minItems`` of ``action_prior.logits``), else ``num_actions``.
 
+``GET /{v1,v1beta}/models/<model>`` (the client's model lookup) answers the model's metadata, 404 for a
+model in ``unknown_models``, and 400 ``API_KEY_INVALID`` when ``valid_key`` is set and the request's key is
+another; lookups are recorded in ``lookups``, apart from ``requests``.
+
 Threaded on purpose: a single-threaded server hangs on keep-alive connections.
 """
 
@@ -24,6 +28,7 @@ from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 _PATH = re.compile(r"^/(v1|v1beta)/models/([^/:]+):generateContent$")
+_MODEL_PATH = re.compile(r"^/(v1|v1beta)/models/([^/:]+)$")
 _STATUS = {429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE"}
 
 
@@ -49,6 +54,9 @@ class GeminiStub:
         self.num_actions = num_actions
         self.best_action = best_action
         self.requests: list[dict] = []
+        self.lookups: list[str] = []
+        self.unknown_models: set[str] = set()
+        self.valid_key: str | None = None
         self._faults: deque[str] = deque()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -60,6 +68,9 @@ class GeminiStub:
 
             def do_POST(self):
                 stub._handle(self)
+
+            def do_GET(self):
+                stub._lookup(self)
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
@@ -97,6 +108,19 @@ class GeminiStub:
     def _next_fault(self) -> str:
         with self._lock:
             return self._faults.popleft() if self._faults else "ok"
+
+    def _lookup(self, handler: BaseHTTPRequestHandler) -> None:
+        match = _MODEL_PATH.match(handler.path.split("?")[0])
+        with self._lock:
+            self.lookups.append(handler.path)
+        key = handler.headers.get("x-goog-api-key")
+        if self.valid_key is not None and key != self.valid_key:
+            return self._send(handler, 400, {"error": {"code": 400, "message": "API key not valid.",
+                                                       "status": "INVALID_ARGUMENT"}})
+        if not match or match.group(2) in self.unknown_models:
+            return self._send(handler, 404, {"error": {"code": 404, "message": "model not found",
+                                                       "status": "NOT_FOUND"}})
+        self._send(handler, 200, {"name": f"models/{match.group(2)}", "displayName": match.group(2)})
 
     def _handle(self, handler: BaseHTTPRequestHandler) -> None:
         length = int(handler.headers.get("Content-Length") or 0)

@@ -313,12 +313,22 @@ def test_cli_aggregate_figures_and_macros(known_grid, tmp_path, capsys):
     figs = tmp_path / "figs"
     assert analysis_main(["figures", "--runs-root", str(runs_root), "--tables", str(out), "--out", str(figs),
                           "--budgets", "2000", "4000", "--resamples", "200"]) == 0
+    crafter = any(p.parts[-3] == "crafter" for p in paths)
     for name in ("fig1_success", "prior_dynamics", "kl_traces", "iqm_intervals", "p_improvement",
-                 "crafter_achievements"):
+                 *(["crafter_achievements"] if crafter else [])):
         for ext in ("png", "pdf"):
             assert (figs / f"{name}.{ext}").stat().st_size > 1000, f"{name}.{ext} is empty"
+    if not crafter:  # nothing is drawn for an environment the grid does not have
+        assert not list(figs.glob("crafter_achievements.*"))
     assert analysis_main(["paper-macros", "--tables", str(out), "--out", str(tmp_path / "gen")]) == 0
     assert (tmp_path / "gen" / "macros.tex").read_text().count(r"\lore@set") > 50
+    report = tmp_path / "report"
+    assert analysis_main(["benchmark-report", "--tables", str(out), "--figures", str(figs), "--out", str(report),
+                          "--budgets", "2000", "4000", "--resamples", "200"]) == 0
+    assert (report / "tables" / "stats.csv").read_bytes() == (out / "stats.csv").read_bytes()
+    assert (report / "figures" / "fig1_success.png").read_bytes() == (figs / "fig1_success.png").read_bytes()
+    assert "## " + ENV in (report / "README.md").read_text()
+    assert not [p for folder in (out, figs, report, tmp_path / "gen") for p in folder.rglob("*.tmp")]
     capsys.readouterr()
     # Bad input: exit status 2 and a message naming the problem.
     assert analysis_main(["aggregate", "--runs-root", str(tmp_path / "nowhere")]) == 2
@@ -591,7 +601,7 @@ def test_paired_difference_cancels_what_pairs_share_and_checks_shapes():
             st.paired_difference(x, y)
 
 
-def test_find_run_dirs_follows_linked_folders_and_reads_each_run_once(tmp_path):
+def test_find_run_dirs_follows_linked_folders_only_when_asked_and_reads_each_run_once(tmp_path):
     from lore.analysis.runs import find_run_dirs
 
     root, elsewhere = tmp_path / "cmp", tmp_path / "baseline"
@@ -602,7 +612,9 @@ def test_find_run_dirs_follows_linked_folders_and_reads_each_run_once(tmp_path):
     (root / "rl_only").symlink_to(elsewhere / "rl_only", target_is_directory=True)  # a linked baseline
     (root / "rl_only_again").symlink_to(elsewhere / "rl_only", target_is_directory=True)  # the same runs, twice
     (root / "full" / "seed0" / "up").symlink_to(root, target_is_directory=True)  # a loop
-    found = find_run_dirs(root)
+    with pytest.raises(RunDataError, match=r"cmp/rl_only: a symlink to .*outside the runs root"):
+        find_run_dirs(root)  # links out of the root are refused unless asked for
+    found = find_run_dirs(root, follow_outside=True)
     assert [p.relative_to(root).as_posix() for p in found] == ["full/seed0", "rl_only/seed0", "rl_only/seed1"]
     with pytest.raises(RunDataError, match="does not exist"):
         find_run_dirs(tmp_path / "missing")

@@ -108,18 +108,8 @@ def test_parse_override_parses_yaml_values():
     ("dreamer.uncertainty_head_steps=-1", "dreamer.uncertainty_head_steps"),
     ("train.steps=500", "train.prefill (1000) must be < train.steps (500)"),
     ("prior.control_episodes=1", "prior.control_episodes"),
-    ("prior.trust_act_evidence=returns prior.control_episodes=0", "prior.trust_act_evidence='returns' needs prior"),
-    ("prior.trust_act_evidence=critic", "prior.trust_act_evidence"),
-    ("prior.trust_failures=true prior.control_episodes=0", "prior.trust_failures needs prior.control_episodes > 0"),
-    ("prior.trust_act_floor=0.5", "prior.trust_act_floor"),
-    ("prior.control_allocation=matching prior.control_episodes=0.6", "prior.control_allocation='matching' needs"),
-    ("prior.control_allocation=matching prior.control_episodes=0", "prior.control_allocation='matching' needs"),
-    ("prior.control_allocation=thompson", "prior.control_allocation"),
-    ("prior.trust_act_floor=-0.1", "prior.trust_act_floor"),
-    ("prior.trust_act_uninformed=0", "prior.trust_act_uninformed"),
     ("prior.trust_value_weight=-1", "prior.trust_value_weight"),
     ("prior.trust_value_weight=inf", "prior.trust_value_weight"),
-    ("prior.trust_act_uninformed=1.2", "prior.trust_act_uninformed"),
     ("prior.gate_full_at=0", "prior.gate_full_at"),
 ])
 def test_semantic_checks_name_the_new_keys(override, needle):
@@ -149,3 +139,38 @@ def test_float_literals_without_a_dot_are_numbers():
     assert cfg.dreamer.wm_lr == 1e-3
     with pytest.raises(ConfigError, match="dreamer.wm_lr"):
         build_config(overrides=["dreamer.wm_lr=fast"])
+
+
+def _levels(n: int) -> str:
+    """``n`` nested YAML anchors, each a list of nine aliases of the one before: 9 ** n values in all."""
+    lines = ["l0: &l0 [1, 1, 1, 1, 1, 1, 1, 1, 1]"]
+    lines += [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, n)]
+    return "\n".join(lines) + "\n"
+
+
+def test_yaml_alias_expansion_is_bounded_and_names_the_key(tmp_path):
+    import time
+
+    from lore.config import MAX_YAML_VALUES
+
+    path = tmp_path / "bomb.yaml"
+    path.write_text("train:\n  steps: 100\n" + _levels(10))
+    start = time.perf_counter()
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert time.perf_counter() - start < 2.0
+    message = str(err.value)
+    assert f"more than {MAX_YAML_VALUES:_} values once its aliases are expanded" in message
+    assert message.split(": ")[1] == "l5" and len(message) < 300, message  # 9**6 > 100_000 >= 9**5
+    path.write_text("a: &loop [1, *loop]\n")
+    with pytest.raises(ConfigError, match="a: an alias that contains itself"):
+        load_config(path)
+    path.write_text("train: &t {steps: 1000, prefill: 100}\n")  # aliases that stay small are fine
+    assert load_config(path).train.steps == 1000
+
+
+def test_a_tab_is_named_by_either_yaml_loader(tmp_path):
+    path = tmp_path / "tab.yaml"
+    path.write_text("train:\n\tsteps: 100\n")
+    with pytest.raises(ConfigError, match="a tab character where YAML expects spaces"):
+        load_config(path)

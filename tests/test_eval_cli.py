@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from lore import cli
+from lore.train.checkpoint import load_checkpoint, save_checkpoint
 from lore.train.trainer import train
 from lore.utils.io import exclusive_dir_lock
 
@@ -106,6 +107,8 @@ def test_another_env_with_the_same_spaces_and_frames(run, tmp_path, capsys):
 
 
 def _fake_run(tmp_path: Path, run: Path, **changes) -> Path:
+    """A copy of ``run`` as if trained with ``changes`` (``section__key=value``): its config.yaml and the
+    config its checkpoint records both changed."""
     fake = tmp_path / "fake"
     fake.mkdir()
     cfg = yaml.safe_load((run / "config.yaml").read_text())
@@ -113,7 +116,8 @@ def _fake_run(tmp_path: Path, run: Path, **changes) -> Path:
         section, name = key.split("__")
         cfg[section][name] = value
     (fake / "config.yaml").write_text(yaml.safe_dump(cfg))
-    shutil.copy(run / "checkpoint.pt", fake / "checkpoint.pt")
+    payload = load_checkpoint(run / "checkpoint.pt")
+    save_checkpoint(fake / "checkpoint.pt", {**payload, "config": cfg})
     return fake
 
 
@@ -136,16 +140,27 @@ def test_with_prior_asks_about_the_state_being_acted_in_when_the_run_did(run, tm
 @pytest.mark.parametrize("case, needle", [
     ("missing_run", "does not exist"),
     ("no_checkpoint", "checkpoint.pt not found"),
-    ("episodes_0", "--episodes must be >= 1"),
-    ("episodes_negative", "--episodes must be >= 1"),
+    ("episodes_0", "--episodes must be in 1..10000, got 0"),
+    ("episodes_negative", "--episodes must be in 1..10000, got -3"),
+    ("episodes_too_many", "--episodes must be in 1..10000, got 10001"),
+    ("seed_negative", "--seed must be in 0..4294967295"),
+    ("seed_too_big", "--seed must be in 0..4294967295 (2**32 - 1), got 4294967296"),
+    ("out_below_a_file", "which is a file, not a directory"),
+    ("out_is_checkpoint", "would overwrite the run's own checkpoint.pt"),
+    ("out_is_train_log", "would overwrite the run's own train.log"),
+    ("out_is_cache_journal", "would overwrite the run's own llm_cache.sqlite-wal"),
+    ("out_is_the_lock", "would overwrite the run's own .lock"),
+    ("frames_is_the_run", "--frames"),
+    ("frames_below_a_file", "which is a file, not a directory"),
     ("unknown_env", "unknown environment 'MiniGrid-NoSuchThing-v0'"),
     ("incompatible_env", "does not fit the run's agent"),
     ("out_is_eval_csv", "would overwrite the run's own eval.csv"),
     ("prior_without_llm", "this run has no LLM prior"),
 ])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(run, tmp_path, capsys, case, needle):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("not a directory")
     target = run
-    args: list = []
     if case == "missing_run":
         target = tmp_path / "nowhere"
     elif case == "no_checkpoint":
@@ -154,13 +169,19 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(run, tmp_path, capsys, 
         shutil.copy(run / "config.yaml", target / "config.yaml")
     elif case == "prior_without_llm":
         target = _fake_run(tmp_path, run, llm__backend="none", prior__enabled=False)
-        args = ["--with-prior"]
-    else:
-        args = {"episodes_0": ["--episodes", 0], "episodes_negative": ["--episodes", -3],
-                "unknown_env": ["--env", "MiniGrid-NoSuchThing-v0"], "incompatible_env": ["--env", "crafter"],
-                "out_is_eval_csv": ["--out", run / "eval.csv"]}[case]
+    frames = {"frames_is_the_run": run, "frames_below_a_file": a_file / "frames"}.get(case,
+                                                                                      tmp_path / "frames")
+    args = {"episodes_0": ["--episodes", 0], "episodes_negative": ["--episodes", -3],
+            "episodes_too_many": ["--episodes", 10_001], "seed_negative": ["--seed", -1],
+            "seed_too_big": ["--seed", 2**32], "unknown_env": ["--env", "MiniGrid-NoSuchThing-v0"],
+            "incompatible_env": ["--env", "crafter"], "out_is_eval_csv": ["--out", run / "eval.csv"],
+            "out_below_a_file": ["--out", a_file / "x.csv"],
+            "out_is_checkpoint": ["--out", run / "checkpoint.pt"], "out_is_train_log": ["--out", run / "train.log"],
+            "out_is_cache_journal": ["--out", run / "llm_cache.sqlite-wal"],
+            "out_is_the_lock": ["--out", run / ".lock"],
+            "prior_without_llm": ["--with-prior"]}.get(case, [])
     before_run, before_tmp = snapshot(run), snapshot(tmp_path)
-    rc, out, err = lore_eval(capsys, "--run-dir", target, "--frames", tmp_path / "frames", *args)
+    rc, out, err = lore_eval(capsys, "--run-dir", target, "--frames", frames, *args)
     assert rc == 2
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("lore: error: ") and needle in lines[0], err

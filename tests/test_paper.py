@@ -190,3 +190,11 @@ def test_generated_text_names_only_arms_that_ran(generated):
     assert "noisy" not in bodies["loreAbstractGrid"] and "adversarial" in bodies["loreAbstractGrid"]
     assert "none" not in bodies["loreAdvisorSentence"]
     assert "Rl alone" not in bodies["loreGoals"] and "RL alone" in bodies["loreGoals"]
+
+
+@needs_latex
+def test_a_grid_without_crafter_has_no_crafter_section_table_or_figure(generated, built):
+    assert r"\lorecrafterfalse" in (generated["generated"] / "macros.tex").read_text()
+    assert (generated["generated"] / "crafter_table.tex").read_text().startswith("%")  # a comment, no table
+    assert "fig1_success.pdf" in built["log"]  # included figures are named in the log ...
+    assert "crafter_achievements.pdf" not in built["log"] and "crafter_table" not in built["log"]  # ... this one not

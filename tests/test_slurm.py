@@ -78,7 +78,7 @@ def test_test_config_runs_through_the_slurm_profile(slurm_cluster, tmp_path):
 
     env = {**os.environ, **slurm_cluster.env}
     before = set(_jobs_by_id(env))
-    configfile = write_config(tmp_path / "test.yaml", paper=have_latex())
+    configfile = write_config(tmp_path / "test.yaml", paper=have_latex(), results_root="results")
     config = yaml.safe_load(configfile.read_text())
     workdir = tmp_path / "work"
     proc = run_snakemake(
@@ -173,9 +173,11 @@ def test_a_preempted_training_job_resumes_from_its_checkpoint(slurm_cluster, tmp
     before = set(_train_jobs(env, set()))
 
     steps = 1500
-    configfile = write_config(tmp_path / "preempt.yaml", ablations=["rl_only"], seeds=[0], paper=False)
+    configfile = write_config(tmp_path / "preempt.yaml", ablations=["rl_only"], seeds=[0], paper=False,
+                              results_root="results")
     config = yaml.safe_load(configfile.read_text())
     config["envs"] = config["envs"][:1]  # one training job: the other env's run would only add minutes
+    config.pop("env_run")  # its only section is the dropped env's
     config["run"].update({"train.steps": steps, "train.checkpoint_every": 50, "train.log_every": 50,
                           "eval.every": 500})
     configfile.write_text(yaml.safe_dump(config))

@@ -195,7 +195,7 @@ def test_batch_jobs_log_a_status_line_per_log_interval(tmp_path):
     cfg = tiny_cfg()
     assert status_line(cfg, 120, 40.0, 0.5) == (
         "lore: MiniGrid-Empty-5x5-v0 rl_only seed 0: step 120/240 (50%), 40.0 steps/s, eval SR 0.50, ETA 00:00:03")
-    assert status_line(cfg, 0, 0.0, float("nan")).endswith("eval SR -, ETA ?")
+    assert status_line(cfg, 0, 0.0, float("nan")).endswith("eval SR -, ETA —")
     res = lore_cli("train", "--run-dir", str(tmp_path / "run"), "--no-progress",
                    *[a for s in TINY for a in ("--set", s)])
     assert res.returncode == 0, res.stderr
@@ -258,12 +258,9 @@ def test_features_arm_stops_asking_once_its_feature_program_runs(tmp_path):
     train(tiny_cfg("llm.controller.cooldown=5", "llm.controller.cooldown_after_success=5", ablation="full"),
           full, show_progress=False)
     assert len((full / "llm_calls.jsonl").read_text().splitlines()) > 3
-    # its episodes say whether they ran without the prior and at what share of beta their advice acted
+    # its episodes say whether they ran without the prior
     episodes = pd.read_csv(full / "episodes.csv")
     assert len(episodes) and set(episodes["control"]) <= {0.0, 1.0}
-    advised = episodes.loc[episodes["control"] == 0, "advice_strength"].dropna()
-    assert len(advised) and advised.between(0.0, 1.0).all()
-    assert episodes.loc[episodes["control"] == 1, "advice_strength"].isna().all()
 
 
 @pytest.mark.parametrize("before", [False, True])

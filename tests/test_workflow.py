@@ -117,7 +117,7 @@ def test_invalid_config_names_the_field(change, field):
 
 @pytest.mark.parametrize("fault", ["build", "reset"])
 def test_an_env_that_cannot_run_here_fails_the_grid_check(broken_minigrid_ids, fault):
-    config = {**_config(), "envs": [broken_minigrid_ids[fault]]}
+    config = {**_config(), "envs": [broken_minigrid_ids[fault]], "env_run": None}
     with pytest.raises(GridError) as err:
         check_workflow_config(config, environ={})
     assert str(err.value).startswith(f"envs: {broken_minigrid_ids[fault]} cannot be")
@@ -164,8 +164,8 @@ def test_paper_grid_dry_run_plans_every_training_job(tmp_path):
     ("change", "message"),
     [
         ({"ablations": ["rl_only", "bogus"]}, "ablations[1]: unknown ablation 'bogus'"),
-        ({"seeds": []}, "instance['seeds']"),
-        ({"seeds": [0, "one"]}, "instance['seeds'][1]"),
+        ({"seeds": []}, "seeds: [] should be non-empty"),
+        ({"seeds": [0, "one"]}, "seeds[1]: expected integer, got str 'one'"),
         ({"envs": ["MiniGrid-NoSuchEnv-v0"]}, "envs[0]: unknown environment 'MiniGrid-NoSuchEnv-v0'"),
         ({"run": {"train.steps": "lots"}}, "train.steps: expected an integer"),
     ],
@@ -190,13 +190,14 @@ SLURM_PROFILE = REPO / "workflow" / "profiles" / "slurm"
 
 
 def _one_run_config(tmp_path: Path, ablation: str = "full", **resources) -> tuple[Path, str]:
-    """config/test.yaml cut to one run (and extra `resources.default`); returns it and the run's `done`."""
+    """config/test.yaml cut to one run (and extra `resources.default`); returns it and the run's `done`
+    (under results/one: a config file other than config/config.yaml writes to results/<its name>)."""
     config = _config()
     config.update(ablations=[ablation], seeds=[0], paper=False)
     config["resources"]["default"].update(resources)
     path = tmp_path / "one.yaml"
     path.write_text(yaml.safe_dump(config))
-    return path, f"results/runs/{config['envs'][0]}/{ablation}/seed0/done"
+    return path, f"results/one/runs/{config['envs'][0]}/{ablation}/seed0/done"
 
 
 def _submit_with_fake_slurm(tmp_path: Path, state: str, retries: int, **resources):
@@ -279,7 +280,7 @@ def test_shared_llm_cache_is_an_input_of_the_llm_runs_only(tmp_path):
     assert len(with_cache) == n_llm and len(train) == 2 * n_llm, train
     for env in envs:
         for seed in (0, 1):  # each run writes only its own cache, inside its run directory
-            assert f"llm.cache_path=\"results/runs/{env}/full/seed{seed}/llm_cache.sqlite\"" in output
+            assert f"llm.cache_path=\"results/shared/runs/{env}/full/seed{seed}/llm_cache.sqlite\"" in output
     assert output.count(f"llm.shared_cache=\"{shared}\"") == n_llm
 
 
@@ -378,18 +379,18 @@ def test_test_config_runs_end_to_end(tmp_path):
     config = _config()
     proc = run_snakemake(tmp_path, "--cores", "2", configfile=TEST_CONFIG, timeout=1500)
     assert proc.returncode == 0, proc.stderr[-5000:]
-    runs = tmp_path / "results" / "runs" / config["envs"][0]
+    results = tmp_path / "results" / "test"  # config/test.yaml's default results_root
+    runs = results / "runs" / config["envs"][0]
     for ablation in config["ablations"]:
         for seed in config["seeds"]:
             run = runs / ablation / f"seed{seed}"
             assert (run / "done").is_file() and (run / "eval.csv").is_file()
-            assert (tmp_path / "results" / "benchmarks" / "train" / config["envs"][0] / ablation
-                    / f"seed{seed}.tsv").is_file()
-    stats = tmp_path / "results" / "tables" / "stats.csv"
-    assert stats.is_file() and (tmp_path / "results" / "tables" / "sr_table.tex").is_file()
+            assert (results / "benchmarks" / "train" / config["envs"][0] / ablation / f"seed{seed}.tsv").is_file()
+    stats = results / "tables" / "stats.csv"
+    assert stats.is_file() and (results / "tables" / "sr_table.tex").is_file()
     for name in ("fig1_success", "prior_dynamics", "kl_traces", "iqm_intervals", "p_improvement"):
-        assert (tmp_path / "results" / "figures" / f"{name}.png").stat().st_size > 1000
-    pdf = tmp_path / "results" / "paper" / "lore.pdf"
+        assert (results / "figures" / f"{name}.png").stat().st_size > 1000
+    pdf = results / "paper" / "lore.pdf"
     assert pdf.is_file()
     text = pdf_text(pdf)
     numbers = _stats_numbers(stats)
@@ -429,7 +430,7 @@ def test_killed_training_job_resumes_from_its_checkpoint(tmp_path):
     node failure does to a job); the workflow reports the failure, and re-running it resumes the
     run from its checkpoint instead of starting over, and produces every output."""
     config = _config()
-    config.update(ablations=["rl_only"], seeds=[0], paper=False)
+    config.update(ablations=["rl_only"], seeds=[0], paper=False, results_root="results")
     configfile = tmp_path / "preempt.yaml"
     configfile.write_text(yaml.safe_dump(config))
     workdir = tmp_path / "work"

@@ -20,10 +20,21 @@ import numpy as np
 import pandas as pd
 
 from lore.analysis import stats as st
-from lore.analysis.runs import ACHIEVEMENT_PREFIX, KEYS, Run, llm_call_counts, tidy
+from lore.analysis.outputs import write_csv
+from lore.analysis.runs import (
+    ACHIEVEMENT_PREFIX,
+    CONFIG_COLUMNS,
+    KEYS,
+    Run,
+    TableSpec,
+    config_value,
+    llm_call_counts,
+    read_table,
+    tidy,
+)
 from lore.analysis.settings import AnalysisSettings, budget_metric
 
-__all__ = ["ALL_ENVS", "AnalysisSettings", "Tables", "aggregate", "budget_metric"]
+__all__ = ["ALL_ENVS", "CONFIG_COLUMNS", "AnalysisSettings", "Tables", "aggregate", "budget_metric"]
 
 ALL_ENVS = "all"
 
@@ -149,8 +160,9 @@ def prior_run_metrics(run: Run) -> dict[str, float]:
     lam = finite("lambda_kl")
     if lam.size and prior.get("kl_mode") == "lagrangian":
         out["lambda_below_max_frac"] = float(np.mean(lam < float(prior.get("lambda_max", math.inf)) - 1e-9))
-    if prior.get("trust") and "trust_act_llm" in m:
-        trust = m["trust_act_llm"].to_numpy(float)
+    trust_column = "trust_act_llm" if "trust_act_llm" in m else "trust_llm"  # older runs logged both
+    if prior.get("trust") and trust_column in m:
+        trust = m[trust_column].to_numpy(float)
         low = np.isfinite(trust) & (trust < TRUST_LOW)
         out["trust_low_frac"] = float(low[np.isfinite(trust)].mean()) if np.isfinite(trust).any() else math.nan
         if low.any():
@@ -161,30 +173,8 @@ def prior_run_metrics(run: Run) -> dict[str, float]:
     return out
 
 
-CONFIG_COLUMNS = ("train.steps", "train.train_ratio", "model.preset", "eval.every", "eval.episodes",
-                  "llm.backend", "advisor.mode", "env.obs", "env.num_envs", "device",
-                  "prior.kl_bound", "prior.kl_delta", "prior.lambda_max", "prior.control_episodes",
-                  "prior.trust_gain", "prior.advice_samples", "prior.temperature_min", "prior.temperature_max",
-                  "prior.gate_full_at",
-                  "llm.controller.cooldown", "llm.controller.cooldown_after_success",
-                  "prior.enabled", "prior.gate", "prior.kl_mode", "prior.trust", "prior.align_temperature",
-                  "prior.temperature_refit_every", "prior.temperature_min_labels", "prior.dropout",
-                  "advisor.accuracy", "dreamer.unimix", "dreamer.retnorm_low", "dreamer.retnorm_high",
-                  "prior.w_entropy", "prior.w_value", "prior.w_disagreement", "dreamer.critic_trunk",
-                  "dreamer.uncertainty_head_steps", "prior.trust_act_evidence", "prior.trust_dead_zone",
-                  "prior.trust_act_floor", "prior.trust_act_uninformed", "prior.trust_value_weight", "prior.trust_failures", "prior.trust_model_failures", "prior.trust_step_failures", "prior.trust_episode_acted", "prior.trust_episode_strength", "prior.trust_familywise", "prior.gate_trust_floor", "prior.trust_act_pooled",
-                  "prior.control_allocation", "prior.absorb_over", "prior.absorb_trust")
-"""Resolved-config fields copied into the run table (as ``cfg_<section>_<field>``) for the paper's setup text."""
-
-
 def config_values(config: dict) -> dict[str, object]:
-    out = {}
-    for dotted in CONFIG_COLUMNS:
-        node: object = config
-        for part in dotted.split("."):
-            node = node.get(part) if isinstance(node, dict) else None
-        out["cfg_" + dotted.replace(".", "_")] = node
-    return out
+    return {"cfg_" + dotted.replace(".", "_"): config_value(config, dotted) for dotted in CONFIG_COLUMNS}
 
 
 def run_table(runs: list[Run], settings: AnalysisSettings) -> pd.DataFrame:
@@ -244,7 +234,11 @@ def stats_table(runs: pd.DataFrame, settings: AnalysisSettings) -> pd.DataFrame:
                     continue
                 rows.append({"env": ALL_ENVS, "ablation": ablation, "metric": metric, "n_runs": len(group),
                              **_describe(strata, settings)})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=STATS_COLUMNS)
+
+
+STATS_COLUMNS = ["env", "ablation", "metric", "n_runs", "n", "mean", "mean_low", "mean_high", "iqm", "iqm_low",
+                 "iqm_high", "median", "std"]
 
 
 def improvement_table(runs: pd.DataFrame, settings: AnalysisSettings) -> pd.DataFrame:
@@ -320,6 +314,27 @@ def achievement_table(runs: list[Run], settings: AnalysisSettings) -> pd.DataFra
 # --------------------------------------------------------------------------- all together
 
 
+RATE_COLUMNS = ("final_sr", "auc", "reached_threshold", "initial_sr", "train_sr_final", "train_sr_window")
+TABLE_SPECS = {
+    "eval_points": TableSpec(required=(*KEYS, "env_step", "success_rate"), text=("env", "ablation"),
+                             steps=("seed", "env_step"), rates=("success_rate",),
+                             rate_prefixes=(ACHIEVEMENT_PREFIX,), numeric_all=True, finite_all=True,
+                             rows_needed=True),
+    "runs": TableSpec(required=(*KEYS, "complete"), text=("env", "ablation"), steps=("seed",),
+                      rates=RATE_COLUMNS, rate_prefixes=("sr@",), numeric_all=True, free_prefixes=("cfg_",),
+                      rows_needed=True),
+    "stats": TableSpec(required=tuple(STATS_COLUMNS[:5]), text=("env", "ablation", "metric"), steps=("n_runs", "n"),
+                       numeric=tuple(STATS_COLUMNS[5:]), finite_all=True, rows_needed=True),
+    "improvement": TableSpec(required=("env", "ablation", "baseline", "metric", "p_improve", "n", "n_baseline"),
+                             text=("env", "ablation", "baseline", "metric"), steps=("n", "n_baseline"),
+                             rates=("p_improve", "low", "high"), finite_all=True),
+    "achievements": TableSpec(required=("env", "ablation", "achievement", "n", "rate"),
+                              text=("env", "ablation", "achievement"), steps=("n",), rates=("rate", "low", "high"),
+                              finite_all=True),
+}
+"""What each table ``lore aggregate`` writes must hold when ``lore figures`` / ``lore paper-macros`` read it."""
+
+
 @dataclass
 class Tables:
     eval_points: pd.DataFrame
@@ -330,28 +345,19 @@ class Tables:
 
     FILES = ("eval_points", "runs", "stats", "improvement", "achievements")
 
+    @classmethod
+    def paths(cls, out_dir: str | Path) -> list[Path]:
+        return [Path(out_dir) / f"{name}.csv" for name in cls.FILES]
+
     def write_csv(self, out_dir: str | Path) -> list[Path]:
-        out_dir = Path(out_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        written = []
-        for name in self.FILES:
-            path = out_dir / f"{name}.csv"
-            getattr(self, name).to_csv(path, index=False, float_format="%.6g")
-            written.append(path)
-        return written
+        """Each table written atomically (a kill or a full disk keeps its previous version)."""
+        return [write_csv(path, getattr(self, name)) for name, path in zip(self.FILES, self.paths(out_dir), strict=True)]
 
     @classmethod
     def read_csv(cls, out_dir: str | Path) -> Tables:
-        out_dir = Path(out_dir)
-        frames = {}
-        for name in cls.FILES:
-            path = out_dir / f"{name}.csv"
-            if not path.is_file():
-                raise FileNotFoundError(f"{path}: missing (run `lore aggregate` first)")
-            try:
-                frames[name] = pd.read_csv(path)
-            except pd.errors.EmptyDataError:
-                frames[name] = pd.DataFrame()
+        """Read and check all five tables (columns, types, ranges) before anything uses them."""
+        frames = {name: read_table(path, TABLE_SPECS[name], "run `lore aggregate` first")
+                  for name, path in zip(cls.FILES, cls.paths(out_dir), strict=True)}
         return cls(**frames)
 
 

@@ -6,7 +6,7 @@ The rule ``benchmark_report`` (``workflow/rules/benchmark_report.smk``, run for
 
 - ``README.md``: per environment and arm the eval success rate at each budget and the AUC (mean and
   95% bootstrap CI over seeds, n stated), LLM API calls, the quantities that show each part of the
-  prior acting (trust, gate separation, KL against its bound, temperature refits), and the issue's
+  prior acting (trust, gate separation, KL against its bound, temperature refits), and the
   targets, each marked met / not met by the numbers;
 - ``summary.csv``: the per-arm table of ``README.md`` as numbers;
 - ``figures/``: the figures the README cites; ``tables/``: the CSV tables of ``lore aggregate``.
@@ -17,7 +17,6 @@ Nothing in the output is typed by hand: the same runs give the same files.
 from __future__ import annotations
 
 import math
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +24,7 @@ import pandas as pd
 
 from lore.analysis import stats as st
 from lore.analysis.latex import FEW_SEEDS
+from lore.analysis.outputs import CSV_FLOAT_FORMAT, remove_stale_temporaries, write_bytes, write_text
 from lore.analysis.settings import AnalysisSettings, budget_metric
 
 REPORT_FIGURES = {"fig1_success": "learning curves", "prior_dynamics": "β, trust, calls",
@@ -280,7 +280,7 @@ def per_run(runs_table: pd.DataFrame, env: str, arm: str, metric: str) -> np.nda
 
 def targets(stats: pd.DataFrame, runs_table: pd.DataFrame, env: str, last: int,
             settings: AnalysisSettings) -> list[str]:
-    """The issue's targets on one environment, each with the numbers it rests on."""
+    """The targets on one environment, each with the numbers it rests on."""
     sr, auc = budget_metric(int(last)), "auc"
 
     def have(*arms):
@@ -350,7 +350,7 @@ def markdown_report(stats: pd.DataFrame, runs_table: pd.DataFrame, settings: Ana
     for env in sorted(runs_table["env"].unique()):
         budgets = settings.budgets_for(env)
         lines += [f"## {env}", ""] + arm_table(summary, env, budgets) + [""]
-        lines += targets_block(stats, runs_table, env, budgets[-1], settings, "Targets (issue 9):")
+        lines += targets_block(stats, runs_table, env, budgets[-1], settings, "Targets:")
         lines += prior_rows(runs_table[runs_table["env"] == env]) + [""]
         lines += signal_separation(runs_table[runs_table["env"] == env], settings)
         lines += loop_speed(runs_table[runs_table["env"] == env], settings)
@@ -359,19 +359,33 @@ def markdown_report(stats: pd.DataFrame, runs_table: pd.DataFrame, settings: Ana
     return "\n".join(lines)
 
 
+def report_paths(tables_dir: str | Path, figures_dir: str | Path, out: str | Path) -> dict[Path, Path | None]:
+    """{output: the input it copies, or None for the files written from the tables}."""
+    tables_dir, figures_dir, out = Path(tables_dir), Path(figures_dir), Path(out)
+    paths: dict[Path, Path | None] = {out / "README.md": None, out / "summary.csv": None}
+    paths |= {out / "figures" / f"{name}.png": figures_dir / f"{name}.png" for name in REPORT_FIGURES}
+    paths |= {out / "tables" / f"{name}.csv": tables_dir / f"{name}.csv" for name in REPORT_TABLES}
+    return paths
+
+
 def write_report(tables_dir: str | Path, figures_dir: str | Path, out: str | Path,
                  settings: AnalysisSettings) -> list[Path]:
-    """Write ``README.md``, ``summary.csv`` and copies of the cited figures and CSV tables to ``out``."""
-    tables_dir, figures_dir, out = Path(tables_dir), Path(figures_dir), Path(out)
-    stats = pd.read_csv(tables_dir / "stats.csv")
-    runs_table = pd.read_csv(tables_dir / "runs.csv")
-    (out / "figures").mkdir(parents=True, exist_ok=True)
-    (out / "tables").mkdir(parents=True, exist_ok=True)
-    written = [out / "README.md", out / "summary.csv"]
-    written[0].write_text(markdown_report(stats, runs_table, settings))
-    summary_table(stats, runs_table, settings).to_csv(written[1], index=False, float_format="%.6g")
-    for name in REPORT_FIGURES:
-        written.append(Path(shutil.copyfile(figures_dir / f"{name}.png", out / "figures" / f"{name}.png")))
-    for name in REPORT_TABLES:
-        written.append(Path(shutil.copyfile(tables_dir / f"{name}.csv", out / "tables" / f"{name}.csv")))
-    return written
+    """Write ``README.md``, ``summary.csv`` and copies of the cited figures and CSV tables to ``out``.
+
+    The tables are read and checked, and every copied file must exist, before the first file is written.
+    """
+    from lore.analysis.aggregate import Tables
+
+    paths = report_paths(tables_dir, figures_dir, out)
+    for source in paths.values():
+        if source is not None and not source.is_file():
+            raise FileNotFoundError(f"{source}: missing (run `lore aggregate` and `lore figures` first)")
+    tables = Tables.read_csv(tables_dir)
+    out = Path(out)
+    texts = {out / "README.md": markdown_report(tables.stats, tables.runs, settings),
+             out / "summary.csv": summary_table(tables.stats, tables.runs, settings).to_csv(
+                 index=False, float_format=CSV_FLOAT_FORMAT)}
+    copies = {path: source.read_bytes() for path, source in paths.items() if source is not None}
+    remove_stale_temporaries(paths)
+    written = [write_text(path, text) for path, text in texts.items()]
+    return written + [write_bytes(path, data) for path, data in copies.items()]

@@ -9,13 +9,16 @@
         --figures results/bench/figures --out docs/benchmark --budgets 2500 5000 10000
 
 ``lore.cli`` delegates the first three here (``main(argv)`` with argv starting at the
-subcommand). Every error is one line on stderr with exit status 2 (bad input) or 1.
+subcommand). Every error is one line on stderr with exit status 2 (bad input) or 1 (a file could not be
+written, e.g. a full disk; the previous version of every output is kept). Each command reads and checks all its
+inputs, and checks its output paths, before it writes its first file; every file is written atomically.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -71,6 +74,19 @@ def _runs_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dirs", nargs="*", help="run directories (default: every run under --runs-root)")
     p.add_argument("--runs-root", help="find every run directory (holding eval.csv) under this folder")
     p.add_argument("--run-list", help="file with one run directory per line")
+    p.add_argument("--follow-links-outside", action="store_true",
+                   help="follow symlinks under --runs-root that lead outside it (default: such a link is an error)")
+
+
+def _read_run_list(path: str) -> list[Path]:
+    path_ = Path(path)
+    if not path_.is_file():
+        raise ValueError(f"{path}: --run-list is not a file")
+    try:
+        text = path_.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: --run-list is not UTF-8 text") from None
+    return [Path(line.strip()) for line in text.splitlines() if line.strip()]
 
 
 def _run_dirs(args: argparse.Namespace) -> list[Path]:
@@ -78,12 +94,32 @@ def _run_dirs(args: argparse.Namespace) -> list[Path]:
 
     dirs = [Path(d) for d in args.run_dirs]
     if args.run_list:
-        dirs += [Path(line.strip()) for line in Path(args.run_list).read_text().splitlines() if line.strip()]
+        dirs += _read_run_list(args.run_list)
     if args.runs_root:
-        dirs += find_run_dirs(args.runs_root)
+        dirs += find_run_dirs(args.runs_root, follow_outside=args.follow_links_outside)
     if not dirs:
         raise ValueError("no run directories: pass them, or --runs-root / --run-list")
     return list(dict.fromkeys(dirs))
+
+
+def _given_files(args: argparse.Namespace) -> list[Path]:
+    """The settings file and run list named on the command line (inputs no output may replace)."""
+    return [Path(p) for p in (getattr(args, "settings", None), getattr(args, "run_list", None)) if p]
+
+
+def _run_files(dirs: list[Path]) -> list[Path]:
+    from lore.analysis.runs import RUN_FILES
+
+    return [*dirs, *(d / name for d in dirs for name in RUN_FILES)]
+
+
+def _outputs_checked(out: str, outputs: list[Path], inputs: list[Path]) -> list[Path]:
+    """--out is a folder (or not there yet) and no output is an input; returns ``outputs``."""
+    from lore.analysis.outputs import check_apart, check_folder
+
+    check_folder(out, "--out")
+    check_apart([Path(out), *outputs], inputs)
+    return outputs
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -125,15 +161,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _aggregate(args) -> None:
-    from lore.analysis.aggregate import aggregate
-    from lore.analysis.latex import write_latex_tables
+    from lore.analysis.aggregate import Tables, aggregate
+    from lore.analysis.latex import TABLE_FILES, latex_texts
+    from lore.analysis.outputs import remove_stale_temporaries, write_text
     from lore.analysis.runs import load_runs
 
     settings = settings_from_args(args)
     start = time.perf_counter()
-    runs = load_runs(_run_dirs(args))
+    dirs = _run_dirs(args)
+    out = Path(args.out)
+    outputs = _outputs_checked(args.out, Tables.paths(out) + [out / n for n in TABLE_FILES],
+                               _run_files(dirs) + _given_files(args))
+    runs = load_runs(dirs)
     tables = aggregate(runs, settings)
-    written = tables.write_csv(args.out) + write_latex_tables(tables, settings, args.out)
+    texts = latex_texts(tables, settings)
+    remove_stale_temporaries(outputs)
+    written = tables.write_csv(out) + [write_text(out / name, text) for name, text in texts.items()]
     incomplete = [str(r.path) for r in runs if not r.complete]
     if incomplete:
         print(f"lore aggregate: warning: {len(incomplete)} run(s) have no `done` marker (still running or "
@@ -144,35 +187,62 @@ def _aggregate(args) -> None:
 
 def _figures(args) -> None:
     from lore.analysis.aggregate import Tables
-    from lore.analysis.figures import make_figures
+    from lore.analysis.figures import figure_paths, make_figures
+    from lore.analysis.outputs import remove_stale_temporaries
     from lore.analysis.runs import load_runs
 
     settings = settings_from_args(args)
-    runs = load_runs(_run_dirs(args))
-    written = make_figures(runs, Tables.read_csv(args.tables), settings, args.out)
+    dirs = _run_dirs(args)
+    outputs = _outputs_checked(args.out, figure_paths(args.out),
+                               _run_files(dirs) + Tables.paths(args.tables) + _given_files(args))
+    runs = load_runs(dirs)
+    tables = Tables.read_csv(args.tables)
+    remove_stale_temporaries(outputs)
+    written = make_figures(runs, tables, settings, args.out)
     print(json.dumps({"runs": len(runs), "files": [str(p) for p in written]}))
 
 
 def _paper_macros(args) -> None:
     from lore.analysis.aggregate import Tables
-    from lore.analysis.paper import write_generated
+    from lore.analysis.outputs import remove_stale_temporaries
+    from lore.analysis.paper import GENERATED_FILES, write_generated
 
     settings = settings_from_args(args)
-    written = write_generated(Tables.read_csv(args.tables), settings, args.out, args.envs)
+    outputs = _outputs_checked(args.out, [Path(args.out) / n for n in GENERATED_FILES],
+                               Tables.paths(args.tables) + _given_files(args))
+    tables = Tables.read_csv(args.tables)
+    remove_stale_temporaries(outputs)
+    written = write_generated(tables, settings, args.out, args.envs)
     print(json.dumps({"files": [str(p) for p in written]}))
 
 
 def _paper_build(args) -> None:
+    from lore.analysis.outputs import check_apart, check_file
     from lore.analysis.paper import build_pdf
 
+    outputs = [Path(args.out)] + ([Path(args.log)] if args.log else [])
+    for path, flag in zip(outputs, ("--out", "--log"), strict=False):
+        check_file(path, flag)
+    inputs = [Path(args.tex), *Path(args.generated).glob("*"), *Path(args.figures).glob("*")]
+    check_apart(outputs, inputs)
+    build = Path(args.out).parent / "build"
+    for source in (args.tex, args.generated, args.figures):
+        if os.path.realpath(source) == os.path.realpath(build) or os.path.realpath(source).startswith(
+                os.path.realpath(build) + os.sep):
+            raise ValueError(f"{source}: lies in {build}, the folder paper-build empties; choose another --out")
     out = build_pdf(args.tex, args.generated, args.figures, args.out, args.log)
     print(json.dumps({"pdf": str(out)}))
 
 
 def _benchmark_report(args) -> None:
-    from lore.analysis.benchmark_report import write_report
+    from lore.analysis.aggregate import Tables
+    from lore.analysis.benchmark_report import report_paths, write_report
 
-    written = write_report(args.tables, args.figures, args.out, settings_from_args(args))
+    settings = settings_from_args(args)
+    paths = report_paths(args.tables, args.figures, args.out)
+    sources = [p for p in paths.values() if p is not None]
+    _outputs_checked(args.out, list(paths), sources + Tables.paths(args.tables) + _given_files(args))
+    written = write_report(args.tables, args.figures, args.out, settings)
     print(json.dumps({"files": [str(p) for p in written]}))
 
 
@@ -183,18 +253,24 @@ COMMANDS = {"aggregate": _aggregate, "figures": _figures, "paper-macros": _paper
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    from lore.analysis.outputs import OutputError
     from lore.analysis.paper import PaperBuildError
-    from lore.analysis.runs import RunDataError
 
     try:
         COMMANDS[args.command](args)
-    except (ValueError, RunDataError, FileNotFoundError) as e:
-        print(f"lore {args.command}: error: {e}", file=sys.stderr)
-        return 2
-    except PaperBuildError as e:
-        print(f"lore {args.command}: error: {e}", file=sys.stderr)
-        return 1
+    except (PaperBuildError, OutputError) as e:
+        return _fail(args.command, str(e), 1)
+    except (ValueError, FileNotFoundError) as e:  # RunDataError is a ValueError
+        return _fail(args.command, str(e), 2)
+    except OSError as e:  # an input that cannot be read (permissions, a device)
+        return _fail(args.command, f"{e.filename}: {e.strerror}" if e.filename else str(e), 2)
     return 0
+
+
+def _fail(command: str, message: str, status: int) -> int:
+    """One line on stderr, whatever the message holds."""
+    print(f"lore {command}: error: {' '.join(message.split())}", file=sys.stderr)
+    return status
 
 
 if __name__ == "__main__":  # pragma: no cover

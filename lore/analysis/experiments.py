@@ -7,6 +7,7 @@ baseline or another experiment is trained once and found wherever it finished (:
     python -m lore.analysis.experiments check [NAME ...]     # validate declarations (exit 2 on the first error)
     python -m lore.analysis.experiments plan NAME             # the runs it needs, and which exist
     python -m lore.analysis.experiments compare NAME          # comparison + verdict -> results/experiments/NAME
+    python -m lore.analysis.experiments note NAME TEXT        # what was done with its verdict
     python -m lore.analysis.experiments log                   # docs/experiments.md from declarations + records
 """
 
@@ -159,7 +160,15 @@ def _check_semantics(decl: Declaration, root: Path) -> None:
     for i, item in enumerate(decl.compare):
         _check_reference(decl, f"compare[{i}]", item)
     _check_decision(decl)
-    # every (env, arm) resolves to a valid run config (unknown settings keys, wrong types)
+    # every (env, arm) resolves to a valid run config (unknown settings keys, wrong types): the experiment's
+    # settings first, named as such, then each arm's own
+    changed = [a for a in decl.arms.values() if a.settings]
+    if decl.settings and changed:
+        arm = changed[0]
+        try:
+            resolved_config(decl, Arm(arm.name, arm.ablation, dict(decl.settings), arm.envs), arm.envs[0], root)
+        except Exception as e:  # noqa: BLE001 - ConfigError or GridError
+            raise _fail(path, "settings", " ".join(str(e).split())[:300]) from None
     for arm in decl.arms.values():
         try:
             resolved_config(decl, arm, arm.envs[0], root)
@@ -625,7 +634,12 @@ def compare_experiment(name: str, root: Path = Path("."), out: Path | None = Non
     atomic_write_text(out / "comparison.md", comparison_markdown(decl, table, decided))
     atomic_write_text(out / "verdict.json", json.dumps(rec, indent=1) + "\n")
     if record_dir is not None:
-        atomic_write_text(record_dir / f"{name}.json", json.dumps(rec, indent=1) + "\n")
+        previous = record_dir / f"{name}.json"
+        if previous.is_file():  # a note on the same verdict stays with it
+            old = json.loads(previous.read_text())
+            if old.get("note") and old.get("verdict") == rec["verdict"]:
+                rec["note"] = old["note"]
+        atomic_write_text(previous, json.dumps(rec, indent=1) + "\n")
     return rec
 
 
@@ -667,8 +681,9 @@ def log_markdown(root: Path = Path(".")) -> str:
         if rec is None:
             lines += ["- Status: declared, not run yet", ""]
             continue
-        lines += [f"- Effect: {_effect_text(rec)}", f"- Verdict: {rec['verdict']} ({rec['reason']})",
-                  f"- Ran at commit {rec['commit'] or 'unknown'}", ""]
+        lines += [f"- Effect: {_effect_text(rec)}", f"- Verdict: {rec['verdict']} ({rec['reason']})"]
+        lines += [f"- Decision: {rec['note']}"] if rec.get("note") else []
+        lines += [f"- Compared at commit {rec['commit'] or 'unknown'}", ""]
     imported_path = root / IMPORTED
     entries = yaml.safe_load(imported_path.read_text()) if imported_path.is_file() else []
     if entries:
@@ -698,6 +713,9 @@ def main(argv: list[str] | None = None) -> int:
     cm.add_argument("name")
     cm.add_argument("--out", type=Path, help=f"output folder (default: {RESULTS_DIR}/<name>)")
     cm.add_argument("--record", action="store_true", help=f"also write {RECORDS_DIR}/<name>.json for the log")
+    nt = sub.add_parser("note", help="record what was done with a verdict (shown in the log)")
+    nt.add_argument("name")
+    nt.add_argument("text")
     lg = sub.add_parser("log", help=f"write {LOG}")
     lg.add_argument("--out", type=Path, default=LOG)
     args = p.parse_args(argv)
@@ -711,6 +729,17 @@ def main(argv: list[str] | None = None) -> int:
             for run, folder in pairs:
                 state = "done" if (folder / "done").is_file() else "missing"
                 print(f"{run.env}\t{run.arm}\tseed{run.seed}\t{state}\t{folder}")
+        elif args.command == "note":
+            from lore.utils.io import atomic_write_text
+
+            path = RECORDS_DIR / f"{args.name}.json"
+            if not path.is_file():
+                raise ExperimentError(f"experiment {args.name!r}: no record {path} (run it first)")
+            rec = json.loads(path.read_text())
+            rec["note"] = " ".join(args.text.split())
+            atomic_write_text(path, json.dumps(rec, indent=1) + "\n")
+            atomic_write_text(LOG, log_markdown())
+            print(f"noted {args.name}; wrote {LOG}")
         elif args.command == "compare":
             rec = compare_experiment(args.name, out=args.out, record_dir=RECORDS_DIR if args.record else None)
             print(f"{args.name}: {rec['verdict']} ({rec['reason']})")

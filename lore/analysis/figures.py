@@ -16,6 +16,7 @@ Every figure is drawn at the paper's text width (:data:`TEXT_WIDTH_IN`) with tex
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,6 +26,7 @@ import pandas as pd
 
 from lore.analysis.aggregate import ALL_ENVS, AnalysisSettings, Tables, budget_metric
 from lore.analysis.latex import IQM_TRIMS_FROM, budgets_shown, env_label, env_names, ordered_ablations
+from lore.analysis.outputs import write_bytes
 from lore.analysis.runs import Run, tidy
 
 FIGURES = ("fig1_success", "prior_dynamics", "kl_traces", "iqm_intervals", "p_improvement", "crafter_achievements")
@@ -125,14 +127,22 @@ def curves_on_grid(frame: pd.DataFrame, column: str) -> tuple[np.ndarray, np.nda
 
 
 def _save(fig, out_dir: Path, name: str) -> list[Path]:
+    """The figure in every format, each rendered in memory and then written atomically."""
     plt = _pyplot()
-    paths = []
-    for ext in FORMATS:
-        path = out_dir / f"{name}.{ext}"
-        fig.savefig(path)
-        paths.append(path)
-    plt.close(fig)
-    return paths
+    rendered = {}
+    try:
+        for ext in FORMATS:
+            buf = io.BytesIO()
+            fig.savefig(buf, format=ext)
+            rendered[Path(out_dir) / f"{name}.{ext}"] = buf.getvalue()
+    finally:
+        plt.close(fig)
+    return [write_bytes(path, data) for path, data in rendered.items()]
+
+
+def figure_paths(out_dir: str | Path) -> list[Path]:
+    """The files :func:`make_figures` writes."""
+    return [Path(out_dir) / f"{name}.{ext}" for name in FIGURES for ext in FORMATS]
 
 
 def _no_data(ax, text: str) -> None:
@@ -541,9 +551,7 @@ def plot_crafter_achievements(tables: Tables, settings: AnalysisSettings, out_di
     plt = _pyplot()
     ach = tables.achievements
     if ach is None or ach.empty:
-        fig, ax = plt.subplots(figsize=(TEXT_WIDTH_IN / 2, 1.2))
-        _no_data(ax, "no Crafter runs in this grid")
-        return _save(fig, out_dir, "crafter_achievements")
+        return []  # no Crafter runs in this grid: no figure (the paper leaves its Crafter section out)
     envs = sorted(ach["env"].unique())
     fig, axes = plt.subplots(len(envs), 1, figsize=(TEXT_WIDTH_IN, 2.9 * len(envs) + 0.4), squeeze=False)
     for ax, env in zip(axes[:, 0], envs, strict=True):
@@ -571,7 +579,6 @@ def plot_crafter_achievements(tables: Tables, settings: AnalysisSettings, out_di
 
 def make_figures(runs: list[Run], tables: Tables, settings: AnalysisSettings, out_dir: str | Path) -> list[Path]:
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     written += plot_success_curves(tidy(runs, "eval"), settings, out_dir)
     written += plot_prior_dynamics(runs, settings, out_dir)

@@ -1,14 +1,18 @@
 """The workflow's experiment grid: checking a workflow config and turning it into training jobs.
 
-The Snakefile validates the config's shape with ``workflow/schemas/config.schema.yaml`` and then
-calls :func:`check_workflow_config` here, which checks what a schema cannot: ablation names
-against :data:`lore.ablations.ABLATIONS`, environment ids against the registered ones, that no run
-is in two blocks of ``grid:``, and that every (env, ablation) run config resolves (unknown keys and
-wrong types in ``run:`` overrides are caught before any job starts). Each error is one line that
-starts with the offending field.
+workflow/rules/common.smk calls :func:`checked_workflow_config` before any job: the config files are read
+again strictly (duplicate keys, alias bombs), the config's shape is checked against
+``workflow/schemas/config.schema.yaml`` (:func:`schema_problem`), and :func:`check_workflow_config` checks
+what a schema cannot: ablation names against :data:`lore.ablations.ABLATIONS`, environment ids against the
+registered ones, that ``env_run`` / ``resources`` name environments of the grid, that no run is in two
+blocks of ``grid:``, and that every (env, ablation) run config resolves and can work (unknown keys, wrong
+types and contradictory settings in ``run:`` overrides are caught before any job starts). Each error is one
+short line that starts with the offending field.
 
 The grid is the product ``envs`` x ``ablations`` x ``seeds``, or the union of the products of the
-blocks of ``grid:``; every output goes under ``results_root`` (default ``results``).
+blocks of ``grid:``; every output goes under ``results_root`` (default ``results`` for config/config.yaml,
+``results/<name>`` for any other config file), whose ``.grid.json`` records the grid that wrote it
+(:func:`check_grid_record`: another grid is refused there unless ``overwrite: true``).
 """
 
 from __future__ import annotations
@@ -20,8 +24,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from lore.validation import show
+
 DEFAULT_RESULTS_ROOT = "results"
 """Where the workflow writes runs, logs, tables, figures and the PDF unless ``results_root`` says otherwise."""
+GRID_RECORD = ".grid.json"
+"""``<results_root>/.grid.json``: the fingerprint of the grid whose outputs the folder holds."""
+MAX_MESSAGE_CHARS = 300
+"""Longest error message the workflow prints (values in it are shortened by :func:`lore.validation.show`)."""
 RUNS_ROOT = f"{DEFAULT_RESULTS_ROOT}/runs"
 GRID_KEYS = ("envs", "ablations", "seeds")
 """The keys of one block of the grid: every (env, ablation, seed) of their product is one training run."""
@@ -99,14 +109,10 @@ def known_env(name: str) -> bool:
 
 
 def _env_hint(name: str) -> str:
-    import difflib
-
     import gymnasium
     import minigrid  # noqa: F401
 
-    names = list(CRAFTER_ENV_NAMES) + [k for k in gymnasium.registry if k.startswith("MiniGrid-")]
-    close = difflib.get_close_matches(name, names, n=3)
-    return f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    return did_you_mean(name, list(CRAFTER_ENV_NAMES) + [k for k in gymnasium.registry if k.startswith("MiniGrid-")])
 
 
 def uses_llm(ablation: str) -> bool:
@@ -177,25 +183,138 @@ def _check_unique(name: str, values: list) -> None:
     seen = set()
     for i, value in enumerate(values):
         if value in seen:
-            raise GridError(f"{name}[{i}]: {value!r} is listed twice")
+            raise GridError(f"{name}[{i}]: {show(value)} is listed twice")
         seen.add(value)
 
 
+CLI_SWITCHES = ("overwrite", "paper")
+"""Top-level true/false keys that ``snakemake --config key=true`` hands over as the string ``'true'``."""
+
+
 def normalise_cli_config(config: dict) -> dict:
-    """Undo what ``snakemake --config`` does to lists: it parses them with YAML's BaseLoader, so
-    ``--config seeds=[0,1,2]`` arrives as ``['0', '1', '2']``. Seeds written as decimal digits become
-    ints (in place; returned for chaining); anything else is left for the schema to reject by name."""
+    """Undo what ``snakemake --config`` does to values: it parses lists with YAML's BaseLoader, so
+    ``--config seeds=[0,1,2]`` arrives as ``['0', '1', '2']``, and takes only ``True`` / ``False`` for
+    booleans. Seeds written as decimal digits become ints, ``true`` / ``false`` of :data:`CLI_SWITCHES`
+    booleans (in place; returned for chaining); anything else is left for the schema to reject by name."""
     seeds = config.get("seeds")
     if isinstance(seeds, list):
-        config["seeds"] = [int(s) if isinstance(s, str) and s.strip().isdigit() else s for s in seeds]
+        config["seeds"] = [int(s) if isinstance(s, str) and s.strip().isdigit() and len(s) < 100 else s
+                           for s in seeds]
+    for key in CLI_SWITCHES:
+        if isinstance(config.get(key), str) and config[key].lower() in ("true", "false"):
+            config[key] = config[key].lower() == "true"
     return config
+
+
+def short(message: object) -> str:
+    """``message`` on one line of at most :data:`MAX_MESSAGE_CHARS` characters."""
+    text = " ".join(str(message).split())
+    return text if len(text) <= MAX_MESSAGE_CHARS else text[:MAX_MESSAGE_CHARS - 4] + " ..."
+
+
+def check_config_files(paths: Iterable[str | os.PathLike]) -> None:
+    """Re-read each workflow config file strictly (Snakemake's loader keeps the last of two equal keys and
+    expands aliases without bound): a duplicate key, an alias bomb, bytes that are not UTF-8 or a top level
+    that is not a mapping raise :class:`GridError` naming the file."""
+    from lore.config import ConfigError, load_yaml
+
+    for path in paths:
+        try:
+            load_yaml(path)
+        except ConfigError as e:
+            message = str(e)
+            raise GridError(message if str(path) in message else f"config file {path}: {message}") from None
+
+
+def default_results_root(configfiles: Iterable[str | os.PathLike], main: str | os.PathLike) -> str:
+    """``results`` for the main config ``main`` (or none), else ``results/<name of the last config file>``,
+    so that another config never writes into the main job's folder unless it names that folder itself."""
+    import re
+
+    files = [Path(f).resolve() for f in configfiles]
+    if not files or files == [Path(main).resolve()]:
+        return DEFAULT_RESULTS_ROOT
+    return f"{DEFAULT_RESULTS_ROOT}/{re.sub(r'[^A-Za-z0-9_.-]', '_', files[-1].stem)}"
+
+
+def schema_problem(config: dict, schema: dict) -> str | None:
+    """The most relevant violation of the JSON ``schema`` by ``config`` as one short line naming the key
+    (None when it conforms); values are shortened, never echoed whole."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import best_match
+
+    error = best_match(Draft202012Validator(schema).iter_errors(config))
+    if error is None:
+        return None
+    where = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in error.absolute_path)
+    where = where.lstrip(".")
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        known = list(error.schema.get("properties") or {})
+        unknown = sorted((key for key in error.instance if key not in known), key=str)
+        if unknown:
+            name = f"{where}.{unknown[0]}" if where else str(unknown[0])
+            return short(f"{name}: unknown key{did_you_mean(str(unknown[0]), known)} (valid: {', '.join(known)})")
+    if error.validator == "type":
+        expected = error.validator_value if isinstance(error.validator_value, str) else " or ".join(error.validator_value)
+        return short(f"{where or 'config'}: expected {expected}, got {type(error.instance).__name__} "
+                     f"{show(error.instance)}")
+    message = error.message
+    shown = repr(error.instance)
+    if message.startswith(shown):
+        message = show(error.instance) + message[len(shown):]
+    return short(f"{where or 'config'}: {message}")
+
+
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """`` Did you mean 'x'?`` for the choices close to ``name`` (empty when none is)."""
+    import difflib
+
+    close = difflib.get_close_matches(name, [str(c) for c in choices], n=3) if len(name) < 200 else []
+    return f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+
+
+def _check_env_sections(config: dict, envs: list[str]) -> None:
+    """Every key of ``env_run`` and of ``resources`` (but ``default``) is an environment of the grid or a
+    registered one (settings kept for an env the grid may add): a misspelt environment would otherwise be
+    ignored without a word."""
+    for section, extra in (("env_run", ()), ("resources", ("default",))):
+        for key in config.get(section) or {}:
+            if key in envs or key in extra or (isinstance(key, str) and known_env(key)):
+                continue
+            name = key if isinstance(key, str) else show(key)
+            raise GridError(short(f"{section}.{name}: not an environment of the grid nor a registered one"
+                                  f"{did_you_mean(str(key), [*envs, *extra])} (the grid's: {', '.join(envs)}"
+                                  f"{'; or default' if extra else ''})"))
+
+
+def checked_workflow_config(config: dict, configfiles: list, main: str | os.PathLike,
+                            schema_path: str | os.PathLike) -> list[TrainJob]:
+    """Everything the workflow checks before it plans a job, in order; ``config`` is Snakemake's (the merged
+    ``configfiles`` and ``--config``), completed in place with its default ``results_root`` and the schema's
+    defaults. The config files strictly (:func:`check_config_files`), the schema at ``schema_path``, the grid
+    (:func:`check_workflow_config`) and the results folder's record (:func:`check_grid_record`); the training jobs."""
+    import yaml
+
+    check_config_files(configfiles)
+    config.setdefault("results_root", default_results_root(configfiles, main))
+    normalise_cli_config(config)
+    schema = yaml.safe_load(Path(schema_path).read_text())
+    problem = schema_problem(config, schema)
+    if problem:
+        raise GridError(problem)
+    for key, spec in schema["properties"].items():
+        if "default" in spec:
+            config.setdefault(key, spec["default"])
+    jobs = check_workflow_config(config)
+    check_grid_record(config)
+    return jobs
 
 
 def check_workflow_config(config: dict, environ: dict | None = None) -> list[TrainJob]:
     """Raise :class:`GridError` naming the field if ``config`` cannot run; return the training jobs."""
     from lore.ablations import ABLATIONS
     from lore.analysis.settings import AnalysisSettings
-    from lore.config import ConfigError, build_config, load_yaml
+    from lore.config import ConfigError, build_config, check_advisor_settings, load_yaml
 
     environ = os.environ if environ is None else environ
     _check_results_root(config)
@@ -205,6 +324,7 @@ def check_workflow_config(config: dict, environ: dict | None = None) -> list[Tra
     for section in ("run", "env_run", "resources", "analysis"):
         if config.get(section) is not None and not isinstance(config[section], dict):
             raise GridError(f"{section}: must be a mapping, got {type(config[section]).__name__}")
+    _check_env_sections(config, list(dict.fromkeys(job.env for job in jobs)))
     managed = {"seed": "seeds", "ablation": "ablations", "env.name": "envs", "llm.backend": "llm_backend",
                "llm.cache_path": "llm_cache.per_run", "llm.shared_cache": "llm_cache.shared"}
     sections = [("run", config.get("run") or {})]
@@ -217,7 +337,7 @@ def check_workflow_config(config: dict, environ: dict | None = None) -> list[Tra
                 raise GridError(f"{where}.{key}: set by the workflow from `{managed[key]}`; remove it")
     backend = config.get("llm_backend")
     if backend is not None and backend not in LLM_BACKENDS:
-        raise GridError(f"llm_backend: {backend!r} is not one of {list(LLM_BACKENDS)}")
+        raise GridError(f"llm_backend: {show(backend)} is not one of {list(LLM_BACKENDS)}")
     if backend == "gemini" and any(uses_llm(a) for a in ablations) and not environ.get("GEMINI_API_KEY"):
         raise GridError("llm_backend: 'gemini' needs the GEMINI_API_KEY environment variable "
                         "(or use llm_backend: scripted for the offline advisor)")
@@ -243,6 +363,7 @@ def check_workflow_config(config: dict, environ: dict | None = None) -> list[Tra
         where = "env_run." + env if env in (config.get("env_run") or {}) else "run"
         try:
             cfg = build_config(file_data, overrides, ablation)
+            check_advisor_settings(cfg)
         except ConfigError as e:
             raise GridError(f"{where}: {e} (run {env} / {ablation})") from None
         env_key = repr(cfg.env)
@@ -274,7 +395,7 @@ def _checked_grid(config: dict, ablation_names) -> list[TrainJob]:
     grid = config.get("grid")
     if grid is not None:
         if not isinstance(grid, list) or not grid:
-            raise GridError(f"grid: must be a non-empty list of blocks {{envs, ablations, seeds}}, got {grid!r}")
+            raise GridError(f"grid: must be a non-empty list of blocks {{envs, ablations, seeds}}, got {show(grid)}")
         both = [key for key in GRID_KEYS if config.get(key) is not None]
         if both:
             raise GridError(f"{both[0]}: `grid` replaces envs/ablations/seeds; give each block its own {both[0]}")
@@ -292,24 +413,24 @@ def _checked_grid(config: dict, ablation_names) -> list[TrainJob]:
 
 def _check_block(where: str, block: object, ablation_names) -> None:
     if not isinstance(block, dict):
-        raise GridError(f"{where.rstrip('.')}: must be a mapping with keys {', '.join(GRID_KEYS)}, got {block!r}")
+        raise GridError(f"{where.rstrip('.')}: must be a mapping with keys {', '.join(GRID_KEYS)}, got {show(block)}")
     unknown = sorted(set(block) - set(GRID_KEYS), key=str)
     if unknown:
         raise GridError(f"{where}{unknown[0]}: unknown key (valid: {', '.join(GRID_KEYS)})")
     for key in GRID_KEYS:
         value = block.get(key)
         if not isinstance(value, list) or not value:
-            raise GridError(f"{where}{key}: must be a non-empty list, got {value!r}")
+            raise GridError(f"{where}{key}: must be a non-empty list, got {show(value)}")
     for i, env in enumerate(block["envs"]):
         if not isinstance(env, str) or not known_env(env):
-            raise GridError(f"{where}envs[{i}]: unknown environment {env!r}.{_env_hint(str(env))} Accepted: "
+            raise GridError(f"{where}envs[{i}]: unknown environment {show(env)}.{_env_hint(str(env))} Accepted: "
                             f"{', '.join(CRAFTER_ENV_NAMES)} or a registered MiniGrid-* id")
     for i, ablation in enumerate(block["ablations"]):
         if ablation not in ablation_names:
-            raise GridError(f"{where}ablations[{i}]: unknown ablation {ablation!r} (valid: {', '.join(ablation_names)})")
+            raise GridError(f"{where}ablations[{i}]: unknown ablation {show(ablation)} (valid: {', '.join(ablation_names)})")
     for i, seed in enumerate(block["seeds"]):
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise GridError(f"{where}seeds[{i}]: expected a non-negative integer, got {seed!r}")
+            raise GridError(f"{where}seeds[{i}]: expected a non-negative integer, got {show(seed)}")
     for key in GRID_KEYS:
         _check_unique(f"{where}{key}", block[key])
 
@@ -334,7 +455,7 @@ def _check_benchmark_report(config: dict) -> None:
     if report is None:
         return
     if not isinstance(report, dict) or set(report) != {"out"}:
-        raise GridError(f"benchmark_report: expected a mapping {{out: <folder>}}, got {report!r}")
+        raise GridError(f"benchmark_report: expected a mapping {{out: <folder>}}, got {show(report)}")
     _check_output_folder("benchmark_report.out", report["out"])
 
 
@@ -344,9 +465,9 @@ def _check_output_folder(key: str, folder: object) -> None:
 
     if not isinstance(folder, str) or not re.match(_RESULTS_ROOT_PATTERN, folder):
         raise GridError(f"{key}: expected a folder path of letters, digits and . _ - / "
-                        f"(no blanks or wildcards), got {folder!r}")
+                        f"(no blanks or wildcards), got {show(folder)}")
     if os.path.normpath(folder) in (".", "/"):
-        raise GridError(f"{key}: {folder!r} would mix the outputs with other files; name a folder of "
+        raise GridError(f"{key}: {show(folder)} would mix the outputs with other files; name a folder of "
                         f"its own, e.g. results/bench")
 
 
@@ -360,12 +481,12 @@ def _check_llm_cache(config: dict) -> None:
     if unknown:
         raise GridError(f"llm_cache.{unknown[0]}: unknown key (valid: per_run, shared)")
     if not isinstance(cache.get("per_run", True), bool):
-        raise GridError(f"llm_cache.per_run: expected true or false, got {cache['per_run']!r}")
+        raise GridError(f"llm_cache.per_run: expected true or false, got {show(cache['per_run'])}")
     shared = cache.get("shared")
     if shared is None:
         return
     if not isinstance(shared, str) or not shared.strip():
-        raise GridError(f"llm_cache.shared: expected the path of an SQLite answer cache, got {shared!r}")
+        raise GridError(f"llm_cache.shared: expected the path of an SQLite answer cache, got {show(shared)}")
     path = Path(shared)
     if not path.is_file():
         raise GridError(f"llm_cache.shared: {shared} is not a file (a read-only cache must exist before the "
@@ -393,11 +514,11 @@ def _check_resources(config: dict) -> None:
                                 f"(which rejects it here); use resources.{section}.{key} instead")
         gres = res.get("gres")
         if isinstance(gres, str) and re.match(r"^gpu\b", gres) and res.get("gpu"):
-            raise GridError(f"resources.{section}.gres: {gres!r} requests GPUs, and so does gpu: {res['gpu']}; "
+            raise GridError(f"resources.{section}.gres: {show(gres)} requests GPUs, and so does gpu: {res['gpu']}; "
                             f"use gpu (and gpu_model) alone")
         term = res.get("term_before_end_s")
         if term is not None and (isinstance(term, bool) or not isinstance(term, int) or not 0 <= term <= 65535):
-            raise GridError(f"resources.{section}.term_before_end_s: expected seconds in 0..65535, got {term!r}")
+            raise GridError(f"resources.{section}.term_before_end_s: expected seconds in 0..65535, got {show(term)}")
 
 
 def grid_jobs(config: dict) -> list[TrainJob]:
@@ -408,6 +529,65 @@ def grid_jobs(config: dict) -> list[TrainJob]:
 def grid_envs(config: dict) -> list[str]:
     """The environments of the grid, each once, in the order the config names them."""
     return list(dict.fromkeys(job.env for job in grid_jobs(config)))
+
+
+def grid_fingerprint(config: dict) -> dict:
+    """What a (checked) config trains: its runs (env, ablation, seed), each (env, ablation)'s dotted run
+    settings, and the run-config file's content, with their SHA-256 under ``sha256``."""
+    import hashlib
+
+    from lore.config import load_yaml
+
+    jobs = grid_jobs(config)
+    pairs = list(dict.fromkeys((job.env, job.ablation) for job in jobs))
+    record = {
+        "runs": sorted([job.env, job.ablation, job.seed] for job in jobs),
+        "settings": {f"{env} / {ablation}": run_overrides(config, env, ablation) for env, ablation in pairs},
+        "run_config": load_yaml(config["run_config"]) if config.get("run_config") else None,
+    }
+    text = json.dumps(record, sort_keys=True, default=str)
+    return {"sha256": hashlib.sha256(text.encode()).hexdigest(), **json.loads(text)}
+
+
+def _grid_difference(old: dict, new: dict) -> str:
+    """What differs between two fingerprints, in a few words."""
+    old_runs = {tuple(run) for run in old.get("runs") or []}
+    new_runs = {tuple(run) for run in new["runs"]}
+    if old_runs != new_runs:
+        return f"{len(new_runs - old_runs)} runs added, {len(old_runs - new_runs)} dropped"
+    changed = sorted(key for key in new["settings"] if (old.get("settings") or {}).get(key) != new["settings"][key])
+    if changed:
+        return f"the run settings of {changed[0]} differ"
+    return "the run_config file differs"
+
+
+def check_grid_record(config: dict) -> None:
+    """Refuse a grid whose fingerprint differs from the one recorded in ``<results_root>/.grid.json`` (its
+    outputs would overwrite the recorded grid's), unless ``overwrite: true``; no record: nothing to check."""
+    root = results_root(config)
+    path = Path(root) / GRID_RECORD
+    if config.get("overwrite") or not path.is_file():
+        return
+    try:
+        recorded = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise GridError(short(f"results_root: {path} is not a grid record ({e}); remove it, or pass "
+                              f"--config overwrite=true")) from None
+    new = grid_fingerprint(config)
+    if not isinstance(recorded, dict) or recorded.get("sha256") != new["sha256"]:
+        what = _grid_difference(recorded, new) if isinstance(recorded, dict) else "unreadable record"
+        raise GridError(f"results_root: {root} holds another grid ({what}); use "
+                        f"--config results_root={DEFAULT_RESULTS_ROOT}/<name>, or --config overwrite=true")
+
+
+def write_grid_record(config: dict) -> Path:
+    """Record the grid's fingerprint in ``<results_root>/.grid.json`` (atomically); its path."""
+    from lore.utils.io import atomic_write_text
+
+    path = Path(results_root(config)) / GRID_RECORD
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(grid_fingerprint(config), indent=1, sort_keys=True) + "\n")
+    return path
 
 
 def env_resources(config: dict, env: str) -> dict[str, object]:

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from lore.analysis.aggregate import ALL_ENVS, AnalysisSettings, Tables, budget_metric
+from lore.analysis.outputs import write_text
 
 MISSING = "--"
 
@@ -409,16 +410,21 @@ LATEX_TABLES = {
 }
 
 
-def write_latex_tables(tables: Tables, settings: AnalysisSettings, out_dir: str | Path) -> list[Path]:
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
+TABLE_FILES = (*LATEX_TABLES, "ablation_table.tex")
+"""The .tex files :func:`write_latex_tables` writes."""
+
+
+def latex_texts(tables: Tables, settings: AnalysisSettings) -> dict[str, str]:
+    """{file name: LaTeX} of every table (a comment for a table this grid has no data for)."""
+    texts = {}
     for name, build in LATEX_TABLES.items():
-        path = out_dir / name
         body = build(tables, settings)
-        path.write_text(LORENUM_DEF + "\n" + body if body else "% no data for this table in this grid\n")
-        written.append(path)
-    path = out_dir / "ablation_table.tex"
-    path.write_text(ablation_table(tables))
-    written.append(path)
-    return written
+        texts[name] = LORENUM_DEF + "\n" + body if body else "% no data for this table in this grid\n"
+    texts["ablation_table.tex"] = ablation_table(tables)
+    return texts
+
+
+def write_latex_tables(tables: Tables, settings: AnalysisSettings, out_dir: str | Path) -> list[Path]:
+    """Every table rendered first, then each written atomically."""
+    texts = latex_texts(tables, settings)
+    return [write_text(Path(out_dir) / name, text) for name, text in texts.items()]

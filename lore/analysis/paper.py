@@ -30,6 +30,7 @@ from lore.analysis.latex import (
     IQM_TRIMS_FROM,
     LORENUM_DEF,
     MISSING,
+    TABLE_FILES,
     _cell,
     _float,
     _tabular,
@@ -46,14 +47,15 @@ from lore.analysis.latex import (
     fmt_steps,
     formatter_for,
     label_slug,
+    latex_texts,
     n_runs,
     name_tex,
     num,
     ordered_ablations,
     seeds_caption,
     stat_cell,
-    write_latex_tables,
 )
+from lore.analysis.outputs import copy_file, write_text
 
 PRIMARY = "primary"
 # Goals from the design brief (targets we set before running anything, not results).
@@ -677,8 +679,6 @@ CONFIG_NUMBER_MACROS = {
     "loreGateFullAt": "cfg_prior_gate_full_at", "loreCooldown": "cfg_llm_controller_cooldown",
     "loreCooldownSuccess": "cfg_llm_controller_cooldown_after_success", "loreDropout": "cfg_prior_dropout",
     "loreTMinLabels": "cfg_prior_temperature_min_labels",
-    "loreWEntropy": "cfg_prior_w_entropy", "loreWValue": "cfg_prior_w_value",
-    "loreWDisagreement": "cfg_prior_w_disagreement",
 }
 """Configuration numbers the method section quotes, read from the runs' resolved configs (of the
 runs that use the prior for ``cfg_prior_*``, of those that ask an LLM for ``cfg_llm_*``)."""
@@ -1063,11 +1063,14 @@ SENTENCE_MACROS = ("loreHeadline", "loreGoals", "loreOriginalMetric", "loreLLMCo
 
 def write_generated(tables: Tables, settings: AnalysisSettings, out_dir: str | Path,
                     envs_order: Sequence[str] | None = None) -> list[Path]:
+    """``macros.tex`` and the LaTeX tables, all rendered before the first is written (atomically)."""
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "macros.tex"
-    path.write_text(macros_tex(tables, settings, envs_order))
-    return [path, *write_latex_tables(tables, settings, out_dir)]
+    texts = {"macros.tex": macros_tex(tables, settings, envs_order), **latex_texts(tables, settings)}
+    return [write_text(out_dir / name, text) for name, text in texts.items()]
+
+
+GENERATED_FILES = ("macros.tex", *TABLE_FILES)
+"""The files :func:`write_generated` writes."""
 
 
 # --------------------------------------------------------------------------- build
@@ -1118,7 +1121,7 @@ def build_pdf(tex: str | Path, generated_dir: str | Path, figures_dir: str | Pat
         if proc.returncode != 0:
             text = "\n".join(output)
             if log:
-                Path(log).write_text(text)
+                write_text(log, text)
             tex_log = build / f"{tex.stem}.log"
             log_text = tex_log.read_text(errors="replace") if tex_log.exists() else text
             errors = [line for line in log_text.splitlines() if line.startswith("!") or ":error" in line.lower()
@@ -1128,10 +1131,8 @@ def build_pdf(tex: str | Path, generated_dir: str | Path, figures_dir: str | Pat
                 + ("; ".join(errors[:3]) or "see the log") + _missing_package_hint(log_text)
                 + (f" (full log: {log})" if log else ""))
     if log:
-        Path(log).write_text("\n".join(output))
+        write_text(log, "\n".join(output))
     produced = build / f"{tex.stem}.pdf"
     if not produced.is_file():
         raise PaperBuildError(f"{command[0]} reported success but wrote no {produced}")
-    out_pdf.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(produced, out_pdf)
-    return out_pdf
+    return copy_file(produced, out_pdf)

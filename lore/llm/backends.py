@@ -7,8 +7,9 @@
   (in order for repeated prompts), so a Gemini run re-executes without a key.
 
 Failures are typed (:class:`LLMError` subclasses, each with a ``kind``); the controller counts them
-by kind and the step simply gets no prior. Start-up problems (missing key, unusable ledger) raise
-:class:`LLMConfigError` from :func:`make_backend`. The API key is never put into a message, a file
+by kind and the step simply gets no prior. Start-up problems (missing key, malformed base URL, unusable
+ledger) raise :class:`LLMConfigError` from :func:`make_backend`; before a gemini run starts,
+:func:`check_gemini_endpoint` looks the model up once, so an endpoint no call can succeed on fails there. The API key is never put into a message, a file
 or a repr: every error text passes through :func:`redact` first.
 """
 
@@ -24,6 +25,7 @@ from typing import Any, Protocol
 from lore.llm.schema import DEFAULT_MAX_PLAN_LEN, gemini_response_schema
 from lore.llm.scripted import ScriptedAdvisor
 from lore.llm.secrets import API_KEY_ENV, redact
+from lore.validation import shown_url, url_problem
 
 BACKEND_FAILURES = (
     "timeout", "rate_limited", "server_error", "http_error", "connection_error", "replay_miss",
@@ -207,6 +209,9 @@ class GeminiBackend:
         options: dict[str, Any] = {"timeout": max(1, int(round(timeout_s * 1000)))}
         base_url = base_url or os.environ.get("GOOGLE_GEMINI_BASE_URL") or None
         if base_url:
+            problem = url_problem(base_url)
+            if problem:
+                raise LLMConfigError(f"llm.base_url (or GOOGLE_GEMINI_BASE_URL): {shown_url(base_url)}: {problem}")
             options["base_url"] = base_url
         if api_version:
             options["api_version"] = api_version
@@ -219,6 +224,32 @@ class GeminiBackend:
 
     def __repr__(self) -> str:
         return f"GeminiBackend(model={self.model!r}, base_url={self.base_url!r})"
+
+    def check_endpoint(self) -> None:
+        """Look the model up once (``models.get``: no tokens) and raise :class:`LLMConfigError` when no call can
+        succeed: the endpoint is unreachable (after the configured retries), rejects the key, or does not know
+        the model. A rate limit, a server error or a timeout is left to the run's own retries."""
+        where = self.base_url or "the Gemini API"
+        for attempt in range(self.retries + 1):
+            try:
+                self._client.models.get(model=self.model)
+                return
+            except self._errors.APIError as e:
+                code = int(getattr(e, "code", 0) or 0)
+                if code in PROBE_FATAL:
+                    detail = redact(str(getattr(e, "message", "") or e), self._secrets)[:200]
+                    raise LLMConfigError(f"{PROBE_FATAL[code].format(model=self.model, where=where)} "
+                                         f"(HTTP {code}: {detail})") from None
+                return
+            except self._timeouts:
+                return
+            except self._connects as e:
+                if attempt == self.retries:
+                    detail = redact(f"{type(e).__name__}: {e}", self._secrets)[:200]
+                    raise LLMConfigError(f"llm.base_url: cannot reach {where} ({detail})") from None
+                self._sleep(self.backoff_s * (2 ** attempt))
+            except Exception:  # an odd answer to the lookup: the calls themselves will tell
+                return
 
     def _config(self, request: AdviceRequest):
         return self._types.GenerateContentConfig(
@@ -275,6 +306,24 @@ class GeminiBackend:
             self._client.close()
         except Exception:  # closing is best effort
             pass
+
+
+PROBE_FATAL = {
+    400: "GEMINI_API_KEY: rejected by {where}",
+    401: "GEMINI_API_KEY: rejected by {where}",
+    403: "GEMINI_API_KEY: not allowed to use {where}",
+    404: "llm.model: {model!r} not found at {where} (or llm.base_url / llm.api_version is not a Gemini endpoint)",
+}
+"""Answers to the start-up model lookup after which no call of the run can succeed, by HTTP status."""
+
+
+def check_gemini_endpoint(llm) -> None:
+    """The start-up check of a ``gemini`` run's ``llm`` section (:meth:`GeminiBackend.check_endpoint`)."""
+    backend = GeminiBackend(llm.model, llm.base_url, llm.api_version, llm.timeout_s, llm.retries, llm.backoff_s)
+    try:
+        backend.check_endpoint()
+    finally:
+        backend.close()
 
 
 # ----------------------------------------------------------------------------- replay

@@ -7,6 +7,10 @@ run's ``eval.csv`` (``env_step`` is the checkpoint's), followed by provenance an
 columns (``eval_seed``, ``env``, ``with_prior``, ``prior_applied_frac``, ``beta_mean``,
 ``action_changed_frac``, ``llm_calls``), to ``--out`` (default ``RUN/eval_<tag>.csv``), atomically.
 
+Checked before anything runs: ``--episodes`` in 1..10000, ``--seed`` in 0..2**32-1, ``--out`` / ``--frames``
+not below a file and not onto the run's own files (:data:`PROTECTED`), and the checkpoint written with
+the config in ``config.yaml`` (its parameter names and shapes included).
+
 Same protocol as training (:func:`lore.train.evaluate.evaluate_policy`, ``eval.parallel`` episodes side by
 side; one after another with ``--with-prior``): episode ``k`` is the layout
 ``reset(seed=10_000_000 + 1000 * S + k)`` and the policy samples from a generator seeded with
@@ -32,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -41,8 +46,11 @@ import torch
 from lore.config import ConfigError, RunConfig, config_from_saved
 
 PROTECTED = ("eval.csv", "episodes.csv", "metrics.csv", "config.yaml", "checkpoint.pt", "done",
-             "llm_calls.jsonl", ".lock")
-"""Files of the run that ``--out`` may never name."""
+             "llm_calls.jsonl", "llm_cache.sqlite", "train.log", "tb", "replay_memmap")
+"""Files (and folders) of the run that ``--out`` / ``--frames`` may never name or lie in; hidden files
+(``.lock``, temporaries) and the cache's SQLite siblings (``llm_cache.sqlite-wal`` ...) are the run's too."""
+MAX_EPISODES = 10_000
+MAX_SEED = 2**32 - 1
 
 
 @dataclasses.dataclass
@@ -63,9 +71,9 @@ def run_eval(opts: EvalOptions) -> dict:
     Bad input raises :class:`~lore.config.ConfigError` (or ``CheckpointError`` / ``LLMConfigError``)
     before anything is written.
     """
-    from lore.train.checkpoint import load_checkpoint
+    from lore.train.checkpoint import CheckpointError, load_checkpoint
     from lore.train.records import CsvTable
-    from lore.train.trainer import CHECKPOINT, resolve_device
+    from lore.train.trainer import CHECKPOINT, checkpoint_mismatch, resolve_device
 
     run_dir = Path(opts.run_dir)
     if not run_dir.is_dir():
@@ -74,14 +82,17 @@ def run_eval(opts: EvalOptions) -> dict:
     for path in (cfg_path, ckpt_path):
         if not path.is_file():
             raise ConfigError(f"{path} not found: {run_dir} is not a run directory with a checkpoint yet")
-    if opts.episodes is not None and opts.episodes < 1:
-        raise ConfigError(f"--episodes must be >= 1, got {opts.episodes}")
+    check_options(opts, run_dir)
     cfg = config_from_saved(cfg_path)
     seed = cfg.seed if opts.seed is None else int(opts.seed)
     episodes = cfg.eval.episodes if opts.episodes is None else int(opts.episodes)
     device = resolve_device(opts.device or cfg.device)
     if opts.with_prior:
         _check_prior_possible(cfg)
+    payload = load_checkpoint(ckpt_path)
+    mismatch = checkpoint_mismatch(payload, cfg)
+    if mismatch:
+        raise CheckpointError(f"checkpoint {ckpt_path} does not fit {cfg_path}: {mismatch}")
 
     env, run_env = _make_eval_env(cfg, opts.env, seed)
     # Episodes side by side as in training (the draws depend on the wave size); the prior's LLM bridge
@@ -90,7 +101,6 @@ def run_eval(opts: EvalOptions) -> dict:
     envs = [env] + [_make_eval_env(cfg, opts.env, seed)[0] for _ in range(wave - 1)]
     frames = _FrameWriter(Path(opts.frames), env) if opts.frames else None
 
-    payload = load_checkpoint(ckpt_path)
     env_step = int(payload["env_step"])
     tag = f"step{env_step}_seed{seed}_n{episodes}" + ("_prior" if opts.with_prior else "") + (
         f"_{env.name}" if env.name != cfg.env.name else "")
@@ -100,8 +110,12 @@ def run_eval(opts: EvalOptions) -> dict:
     if cfg.train.torch_threads > 0:
         torch.set_num_threads(cfg.train.torch_threads)
     agent_cfg = _prior_eval_config(cfg) if opts.with_prior else cfg
-    agent = _load_agent(agent_cfg, env, payload, device, with_prior=opts.with_prior)
-    bridge = _make_bridge(cfg, env, agent, payload.get("bridge"), with_prior=opts.with_prior, seed=seed)
+    try:
+        agent = _load_agent(agent_cfg, env, payload, device, with_prior=opts.with_prior)
+        bridge = _make_bridge(cfg, env, agent, payload.get("bridge"), with_prior=opts.with_prior, seed=seed)
+    except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as e:
+        what = str(e) if isinstance(e, CheckpointError) else f"{e.__class__.__name__}: {str(e)[:300]}"
+        raise CheckpointError(f"checkpoint {ckpt_path} does not fit {cfg_path}: {what}") from e
     ecfg = dataclasses.replace(cfg, seed=seed, eval=dataclasses.replace(cfg.eval, episodes=episodes))
     rows = (payload.get("tables") or {}).get("eval") or []
     at_step = [i for i, r in enumerate(rows) if r.get("env_step") == env_step]
@@ -201,11 +215,45 @@ def _space(space) -> str:
     return "{" + ", ".join(f"{k}: {s.dtype}{tuple(s.shape)}" for k, s in space.spaces.items()) + "}"
 
 
+def check_options(opts: EvalOptions, run_dir: Path) -> None:
+    """The numbers in range and the output paths usable, before anything is loaded or written."""
+    if opts.episodes is not None and not 1 <= opts.episodes <= MAX_EPISODES:
+        raise ConfigError(f"--episodes must be in 1..{MAX_EPISODES}, got {opts.episodes}")
+    if opts.seed is not None and not 0 <= opts.seed <= MAX_SEED:
+        raise ConfigError(f"--seed must be in 0..{MAX_SEED} (2**32 - 1), got {opts.seed}")
+    if opts.out is not None:
+        _check_out(Path(opts.out), run_dir)
+    if opts.frames is not None:
+        frames = Path(opts.frames)
+        problem = _path_problem(frames, run_dir) or (
+            "exists and is not a directory" if frames.exists() and not frames.is_dir() else "")
+        if problem:
+            raise ConfigError(f"--frames {frames} {problem}")
+
+
 def _check_out(out: Path, run_dir: Path) -> None:
-    if out.is_dir():
-        raise ConfigError(f"--out {out} is a directory; name a file")
-    if out.resolve().parent == run_dir.resolve() and out.name in PROTECTED:
-        raise ConfigError(f"--out {out} would overwrite the run's own {out.name}; name another file")
+    problem = _path_problem(out, run_dir) or ("is a directory; name a file" if out.is_dir() else "")
+    if problem:
+        raise ConfigError(f"--out {out} {problem}")
+
+
+def _path_problem(path: Path, run_dir: Path) -> str:
+    """Why an output of the eval may not go to ``path`` (``""`` when it may)."""
+    try:
+        absolute = Path(os.path.abspath(path))
+        blocker = next((p for p in absolute.parents if p.exists() and not p.is_dir()), None)
+        if blocker is not None:
+            return f"is below {blocker}, which is a file, not a directory"
+        target, run = path.resolve(), run_dir.resolve()
+    except (OSError, ValueError) as e:  # a NUL byte, a symlink loop, a name too long
+        return f"is not a usable path ({e})"
+    if target == run:
+        return "is the run directory itself; name a path outside the run's files"
+    if target.is_relative_to(run):
+        first = target.relative_to(run).parts[0]
+        if first in PROTECTED or first.startswith(".") or first.startswith("llm_cache.sqlite"):
+            return f"would overwrite the run's own {first}; name another file"
+    return ""
 
 
 # --------------------------------------------------------------------------- agent and advisor
@@ -220,9 +268,13 @@ def _prior_eval_config(cfg: RunConfig) -> RunConfig:
 
 def _load_agent(cfg: RunConfig, env, payload: dict, device: torch.device, with_prior: bool):
     from lore.dreamer.agent import DreamerAgent
+    from lore.train.checkpoint import CheckpointError, agent_mismatch
 
     agent = DreamerAgent(env.observation_space, int(env.action_space.n), cfg, device)
     state = payload["agent"]
+    mismatch = agent_mismatch(agent.state_dict(), state)
+    if mismatch:
+        raise CheckpointError(mismatch)
     if with_prior:  # the run's per-env control-episode flags do not apply to the single eval env
         state = {**state, "prior": {**state["prior"], "control": [False]}}
     agent.load_state_dict(state)

@@ -12,6 +12,7 @@ is in ``checkpoint.pt``; a SIGTERM/SIGINT (SLURM preemption) writes it and exits
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import pickle
@@ -26,10 +27,23 @@ import torch
 
 from lore.config import ConfigError, RunConfig, config_from_saved, save_config, to_dict
 from lore.prior.trust import is_failure
-from lore.train.checkpoint import load_checkpoint, rng_state, save_checkpoint, seed_everything, set_rng_state
+from lore.train.checkpoint import (
+    CheckpointError,
+    agent_mismatch,
+    compact_replay,
+    expand_replay,
+    load_checkpoint,
+    load_envs,
+    rng_state,
+    save_checkpoint,
+    seed_everything,
+    set_rng_state,
+    state_mismatch,
+)
 from lore.train.records import CsvTable, TensorBoard
 from lore.train.replay import SequenceReplay, empty_row_spec
-from lore.utils.io import atomic_write_text
+from lore.train.status import eta_seconds, format_duration, log_points, training_rate
+from lore.utils.io import atomic_write_text, expand_run_dir, remove_stale_temporaries
 
 CHECKPOINT = "checkpoint.pt"
 DONE = "done"
@@ -54,14 +68,23 @@ def resolve_device(name: str) -> torch.device:
 
 
 def status_line(cfg: RunConfig, env_step: int, steps_per_s: float, eval_sr: float) -> str:
-    """One line of progress for a job log: step, rate, latest eval SR and the time left at this rate."""
+    """One line of progress for a job log: step, training rate, latest eval SR and the time left at that rate
+    ("ETA —" while the rate is unknown: during prefill and the first log interval of training)."""
     total = cfg.train.steps
-    left = max(total - env_step, 0) / steps_per_s if steps_per_s > 0 else float("nan")
-    eta = time.strftime("%H:%M:%S", time.gmtime(left)) if math.isfinite(left) and left < 86400 else (
-        f"{left / 86400:.1f} d" if math.isfinite(left) else "?")
+    rate = f"{steps_per_s:.1f}" if math.isfinite(steps_per_s) else "-"
     sr = f"{eval_sr:.2f}" if math.isfinite(eval_sr) else "-"
+    eta = format_duration(eta_seconds(env_step, total, steps_per_s), unknown="—")
     return (f"lore: {cfg.env.name} {cfg.ablation} seed {cfg.seed}: step {env_step}/{total} "
-            f"({100 * env_step / total:.0f}%), {steps_per_s:.1f} steps/s, eval SR {sr}, ETA {eta}")
+            f"({100 * env_step / total:.0f}%), {rate} steps/s, eval SR {sr}, ETA {eta}")
+
+
+def plain_library_logs() -> None:
+    """torchrl's console log without colour codes and without its INFO lines (unless RL_LOGGING_LEVEL is set)."""
+    logger = logging.getLogger("torchrl")
+    if "RL_LOGGING_LEVEL" not in os.environ:
+        logger.setLevel(logging.WARNING)
+    for handler in logger.handlers:
+        handler.setFormatter(logging.Formatter("%(asctime)s [%(name)s][%(levelname)s] %(message)s"))
 
 
 def prepare_run_dir(run_dir: Path) -> None:
@@ -75,7 +98,7 @@ def prepare_run_dir(run_dir: Path) -> None:
         raise ConfigError(f"run directory {run_dir} is not writable ({e.strerror or e})") from e
 
 
-def preflight(cfg: RunConfig) -> None:
+def preflight(cfg: RunConfig, run_dir: Path | None = None) -> None:
     """What ``cfg`` needs from this machine, checked before the run directory is created so that bad input
     leaves nothing behind: the device, the environment (built and reset once), and the files and the key the
     LLM backend will open."""
@@ -100,8 +123,15 @@ def preflight(cfg: RunConfig) -> None:
         if not os.environ.get(API_KEY_ENV, "").strip():
             raise ConfigError(f"llm.backend: 'gemini' needs the {API_KEY_ENV} environment variable "
                               f"(or use llm.backend=scripted, the offline advisor)")
-    if llm.backend in ("scripted", "gemini") and llm.cache_path:
-        _check_creatable_file("llm.cache_path", llm.cache_path)
+        from lore.llm.backends import LLMConfigError, check_gemini_endpoint
+
+        try:  # one model lookup: an endpoint that cannot answer fails here, not after the run
+            check_gemini_endpoint(llm)
+        except LLMConfigError as e:
+            raise ConfigError(str(e)) from None
+    cache_path = expand_run_dir(llm.cache_path, run_dir)
+    if llm.backend in ("scripted", "gemini") and cache_path:
+        _check_creatable_file("llm.cache_path", cache_path)
     if llm.backend in ("scripted", "gemini") and getattr(llm, "shared_cache", None):
         from lore.llm.cache import AdviceCache
 
@@ -132,14 +162,35 @@ def _check_creatable_file(key: str, path: str) -> None:
 
 
 def check_same_config(saved: RunConfig, wanted: RunConfig, path: Path) -> None:
-    a, b = _flatten(to_dict(saved)), _flatten(to_dict(wanted))
-    diff = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+    diff = config_difference(to_dict(saved), to_dict(wanted))
     if diff:
-        shown = ", ".join(f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in diff[:5])
-        raise ConfigError(
-            f"{path} holds a run with a different config ({shown}{' ...' if len(diff) > 5 else ''}); "
-            f"use another --run-dir or delete this one"
-        )
+        raise ConfigError(f"{path} holds a run with a different config ({diff}); "
+                          f"use another --run-dir or delete this one")
+
+
+def config_difference(a: dict, b: dict) -> str:
+    """The keys in which two config dicts differ, as ``key: a -> b`` (the first five), or ``""``."""
+    a, b = _flatten(a), _flatten(b)
+    diff = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+    shown = ", ".join(f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in diff[:5])
+    return shown + (" ..." if len(diff) > 5 else "")
+
+
+def checkpoint_mismatch(payload: dict, cfg: RunConfig) -> str:
+    """How the config a checkpoint was written with differs from ``cfg`` (``""`` when it does not)."""
+    saved = payload.get("config")
+    if not isinstance(saved, dict):
+        return "it does not record its config"
+    from lore.config import _from_dict, drop_retired
+    from lore.presets import resolve_model
+
+    try:  # read as a saved config.yaml is: retired keys dropped, keys added since at their defaults
+        recorded = _from_dict(RunConfig, drop_retired(saved))
+        recorded.model = resolve_model(recorded.model)
+    except (ConfigError, TypeError, ValueError) as e:
+        return f"the config it records is invalid ({e})"
+    diff = config_difference(to_dict(recorded), to_dict(cfg))
+    return f"it was written with another config ({diff})" if diff else ""
 
 
 def _flatten(d: dict, prefix: str = "") -> dict:
@@ -182,7 +233,11 @@ class Trainer:
         self.cfg = cfg
         self.run_dir = Path(run_dir)
         self.device = resolve_device(cfg.device)
-        self.show_progress = cfg.train.progress if show_progress is None else show_progress
+        # a bar only on a terminal: a log file gets one plain status line per log interval
+        self.show_progress = (cfg.train.progress and sys.stderr.isatty()) if show_progress is None else show_progress
+        self.eta_text = "—"
+        self._last_status = ""
+        plain_library_logs()
         prepare_run_dir(self.run_dir)
         seed_everything(cfg.seed)
 
@@ -232,11 +287,12 @@ class Trainer:
         self.pending: list[dict | None] = [None] * self.num_envs
 
     # ------------------------------------------------------------------ public entry points
-    def run(self) -> dict:
+    def run(self, payload: dict | None = None) -> dict:
+        """Train to the end; resume from ``payload`` (by default the run's checkpoint, if any)."""
         ckpt = self.run_dir / CHECKPOINT
         resumed = ckpt.exists()
         if resumed:
-            self._restore(load_checkpoint(ckpt))
+            self._restore(payload if payload is not None else load_checkpoint(ckpt), ckpt)
             print(f"lore: resuming {self.run_dir} from checkpoint at env step {self.env_step}", file=sys.stderr)
         else:
             save_config(self.cfg, self.run_dir / "config.yaml")
@@ -288,7 +344,7 @@ class Trainer:
             if bar is not None:
                 bar.n = min(self.env_step, cfg.train.steps)
                 bar.set_postfix(sps=f"{self.env_step / max(self.wall_time, 1e-9):.0f}",
-                                eval_sr=f"{self.latest_eval_sr:.2f}", refresh=False)
+                                eval_sr=f"{self.latest_eval_sr:.2f}", eta=self.eta_text, refresh=False)
                 bar.update(0)
 
     def _start_episodes(self) -> None:
@@ -360,8 +416,7 @@ class Trainer:
                 })
                 self.episodes_done += 1
                 if self.env_step > self.cfg.train.prefill:  # prefill episodes act at random
-                    failed = is_failure(terminated[i], reward[i])  # the lava, a death
-                    self.agent.prior.observe_episode(i, self.tracker.returns[i], failed)
+                    self.agent.prior.observe_episode(i, self.tracker.returns[i])
                 self.tracker.returns[i], self.tracker.lengths[i] = 0.0, 0
                 self.pending[i] = self._row(i, obs, 0.0, first=True, terminal=False, last=False)
             else:
@@ -427,9 +482,12 @@ class Trainer:
         self.metric_table.flush()
         self.episode_table.flush()
         self.tb.scalars("train", row, self.env_step)
-        if not self.show_progress:  # batch jobs: a status line per log interval instead of a bar
-            print(status_line(self.cfg, self.env_step, row["steps_per_s"], self.latest_eval_sr),
-                  file=sys.stderr, flush=True)
+        rate = training_rate(log_points(self.metric_table.rows))
+        self.eta_text = format_duration(eta_seconds(self.env_step, self.cfg.train.steps, rate), unknown="—")
+        line = status_line(self.cfg, self.env_step, rate, self.latest_eval_sr)
+        if not self.show_progress and line != self._last_status:  # batch jobs: a line per log interval, no bar
+            print(line, file=sys.stderr, flush=True)
+            self._last_status = line
         self.train_metrics.clear()
         self.act_metrics.clear()
         self.next_log = (self.env_step // self.cfg.train.log_every + 1) * self.cfg.train.log_every
@@ -439,13 +497,15 @@ class Trainer:
             return None
         from tqdm import tqdm
 
+        # tqdm's own time left extrapolates the fast prefill steps; the postfix's eta is the training rate's
         return tqdm(total=self.cfg.train.steps, initial=self.env_step, unit="step", dynamic_ncols=True,
-                    desc=f"{self.cfg.env.name} {self.cfg.ablation} s{self.cfg.seed}", mininterval=1.0)
+                    desc=f"{self.cfg.env.name} {self.cfg.ablation} s{self.cfg.seed}", mininterval=1.0,
+                    bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]")
 
     # ------------------------------------------------------------------ checkpoint / resume
     def _checkpoint(self) -> None:
         payload = {
-            "version": 1,
+            "config": to_dict(self.cfg),
             "env_step": self.env_step,
             "updates": self.updates,
             "update_credit": self.update_credit,
@@ -461,7 +521,7 @@ class Trainer:
             "act_metrics": self.act_metrics,
             "agent": self.agent.state_dict(),
             "agent_state": {k: v.cpu() for k, v in self.agent_state.items()},
-            "replay": self.replay.state_dict() if self.cfg.train.save_replay else None,
+            "replay": compact_replay(self.replay.state_dict()) if self.cfg.train.save_replay else None,
             "envs": pickle.dumps(self.envs),
             "obs": self.obs,
             "is_first": self.is_first,
@@ -473,10 +533,29 @@ class Trainer:
         }
         save_checkpoint(self.run_dir / CHECKPOINT, payload)
 
-    def _restore(self, payload: dict) -> None:
+    def _restore(self, payload: dict, path: Path) -> None:
+        """Continue from ``payload``; a checkpoint that does not fit this run's config is refused before any
+        file is written."""
         saved_cfg_path = self.run_dir / "config.yaml"
         if saved_cfg_path.exists():
             check_same_config(config_from_saved(saved_cfg_path), self.cfg, self.run_dir)
+        initial = {k: v.cpu() for k, v in self.agent.initial_state(self.num_envs).items()}
+        mismatch = (checkpoint_mismatch(payload, self.cfg)
+                    or agent_mismatch(self.agent.state_dict(), payload["agent"])
+                    or state_mismatch(initial, payload.get("agent_state"), "agent_state"))
+        if mismatch:
+            raise CheckpointError(f"checkpoint {path} does not fit the config of {self.run_dir}: {mismatch}")
+        try:
+            self._load_payload(payload, path)
+        except CheckpointError:
+            raise
+        except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as e:
+            raise CheckpointError(f"checkpoint {path} does not fit the config of {self.run_dir}: "
+                                  f"{e.__class__.__name__}: {str(e)[:300]}") from e
+        for table in (self.eval_table, self.episode_table, self.metric_table):
+            table.flush()
+
+    def _load_payload(self, payload: dict, path: Path) -> None:
         self.env_step = payload["env_step"]
         self.updates = payload["updates"]
         self.update_credit = payload["update_credit"]
@@ -493,8 +572,13 @@ class Trainer:
         self.agent.load_state_dict(payload["agent"])
         self.agent_state = {k: v.to(self.device) for k, v in payload["agent_state"].items()}
         if payload["replay"] is not None:
-            self.replay.load_state_dict(payload["replay"])
-        self.envs = pickle.loads(payload["envs"])
+            self.replay.load_state_dict(expand_replay(payload["replay"]))
+        from lore.envs.vector import VectorEnv
+
+        self.envs = load_envs(payload["envs"], path)
+        names = [e.name for e in self.envs.envs] if isinstance(self.envs, VectorEnv) else None
+        if names != [self.cfg.env.name] * self.num_envs:
+            raise ValueError(f"its training envs are {names}, not {self.num_envs} x {self.cfg.env.name}")
         self.bridge.envs = self.envs
         self.obs = payload["obs"]
         self.is_first = payload["is_first"]
@@ -503,8 +587,6 @@ class Trainer:
         self.eval_table.load_state_dict(payload["tables"]["eval"])
         self.episode_table.load_state_dict(payload["tables"]["episodes"])
         self.metric_table.load_state_dict(payload["tables"]["metrics"])
-        for table in (self.eval_table, self.episode_table, self.metric_table):
-            table.flush()
         set_rng_state(payload["rng"])
 
     def _finish(self) -> dict:
@@ -567,6 +649,30 @@ def read_done(path: Path) -> dict:
     return summary
 
 
+def resumable_checkpoint(cfg: RunConfig, run_dir: Path) -> dict | None:
+    """The run's checkpoint (None if it has none), checked against ``cfg`` before anything is built."""
+    saved = run_dir / "config.yaml"
+    if saved.exists():
+        check_same_config(config_from_saved(saved), cfg, run_dir)
+    path = run_dir / CHECKPOINT
+    if not path.exists():
+        return None
+    payload = load_checkpoint(path)
+    mismatch = checkpoint_mismatch(payload, cfg)
+    if mismatch:
+        raise CheckpointError(f"checkpoint {path} does not fit the config of {run_dir}: {mismatch}")
+    return payload
+
+
+def finished_summary(cfg: RunConfig, run_dir: Path) -> dict:
+    """The ``done`` summary of a finished run if ``cfg`` is the config it finished with (else ConfigError)."""
+    summary = read_done(run_dir / DONE)
+    saved = run_dir / "config.yaml"
+    if saved.exists():
+        check_same_config(config_from_saved(saved), cfg, run_dir)
+    return {"already_done": True, **summary}
+
+
 def train(cfg: RunConfig, run_dir: str | Path, show_progress: bool | None = None) -> dict:
     """Train (or resume, or no-op when complete) one run; returns the summary written to ``done``."""
     from lore.utils.io import DirectoryLocked, exclusive_dir_lock
@@ -574,16 +680,18 @@ def train(cfg: RunConfig, run_dir: str | Path, show_progress: bool | None = None
     run_dir = Path(run_dir)
     done = run_dir / DONE
     if done.exists():
-        return {"already_done": True, **read_done(done)}
-    preflight(cfg)
+        return finished_summary(cfg, run_dir)
+    preflight(cfg, run_dir)
     prepare_run_dir(run_dir)
     try:
         with exclusive_dir_lock(run_dir):
             if done.exists():  # finished by the process that held the lock before us
-                return {"already_done": True, **read_done(done)}
+                return finished_summary(cfg, run_dir)
+            payload = resumable_checkpoint(cfg, run_dir)
+            remove_stale_temporaries(run_dir)
             if cfg.train.torch_threads > 0:
                 torch.set_num_threads(cfg.train.torch_threads)
             trainer = Trainer(cfg, run_dir, show_progress=show_progress)
-            return trainer.run()
+            return trainer.run(payload)
     except DirectoryLocked as e:
         raise ConfigError(f"run directory {e}") from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import tempfile
@@ -10,6 +11,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 LOCK_NAME = ".lock"
+
+
+class NoSpaceError(OSError):
+    """The disk filled up while a file was written; the file's previous content (if any) is intact."""
 
 
 class DirectoryLocked(OSError):
@@ -54,10 +59,31 @@ def atomic_write(path: str | Path, write: Callable[[str], None]) -> None:
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise NoSpaceError(f"no space left on device writing {path}") from None
         raise
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    def _write(tmp: str) -> None:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+
+    atomic_write(path, _write)
+
+
+def remove_stale_temporaries(directory: str | Path) -> list[Path]:
+    """Delete the ``.<name>.*.tmp`` files an interrupted :func:`atomic_write` left in ``directory``.
+
+    Call it only while holding the directory's lock: a live writer's temporary looks the same.
+    """
+    stale = [p for p in Path(directory).glob(".?*.*.tmp") if p.is_file() and not p.is_symlink()]
+    for p in stale:
+        p.unlink(missing_ok=True)
+    return stale
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
@@ -66,3 +92,14 @@ def atomic_write_text(path: str | Path, text: str) -> None:
             fh.write(text)
 
     atomic_write(path, _write)
+
+
+RUN_DIR = "{run_dir}"
+"""Placeholder in a configured path for the run directory (e.g. the default ``llm.cache_path``)."""
+
+
+def expand_run_dir(path: str | None, run_dir: str | Path | None) -> str | None:
+    """``path`` with :data:`RUN_DIR` replaced by ``run_dir``; None when it needs a run directory but has none."""
+    if path is None or RUN_DIR not in path:
+        return path
+    return None if run_dir is None else path.replace(RUN_DIR, str(run_dir))

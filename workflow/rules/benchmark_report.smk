@@ -4,9 +4,6 @@
 # docs/benchmark/summary.csv (lore.analysis.readme), so neither can drift from what the code produces.
 # Only with `benchmark_report:` set.
 
-README_HEADLINE = (" && python -m lore.analysis.readme --summary {params.out}/summary.csv --readme README.md"
-                   if BENCHMARK_REPORT_DIR == "docs/benchmark" else "")
-
 
 if BENCHMARK_REPORT_DIR:
 
@@ -26,6 +23,7 @@ if BENCHMARK_REPORT_DIR:
             tables=lambda wildcards, input: folder_of(input.tables),
             figures=lambda wildcards, input: folder_of(input.figures),
             out=lambda wildcards, output: folder_of([output.readme]),
+            headline=readme_headline_command,
         threads: 1
         resources:
             mem_mb=2000,
@@ -34,4 +32,4 @@ if BENCHMARK_REPORT_DIR:
             "../envs/lore.yaml"
         shell:
             "python -m lore.analysis.cli benchmark-report --tables {params.tables} --figures {params.figures} "
-            "--out {params.out} {params.settings} > {log} 2>&1" + README_HEADLINE
+            "--out {params.out} {params.settings} > {log} 2>&1 {params.headline}"

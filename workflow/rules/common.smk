@@ -4,14 +4,13 @@ import sys
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
-from snakemake.utils import validate
 
 from lore.analysis.grid import (
+    CRAFTER_ENV_NAMES,
     GridError,
-    normalise_cli_config,
     retry_resource,
     analysis_args,
-    check_workflow_config,
+    checked_workflow_config,
     env_resources,
     generated_dir,
     grid_envs,
@@ -19,8 +18,10 @@ from lore.analysis.grid import (
     results_root,
     runs_root,
     shared_cache_input,
+    short,
     train_command_args,
     train_slurm_extra,
+    write_grid_record,
 )
 
 # Rules call `lore` and `python -m lore...`: make the interpreter running Snakemake (e.g. the
@@ -36,18 +37,20 @@ if _PATH.split(os.pathsep)[0] != _BIN:
     os.environ["PATH"] = os.pathsep.join([_BIN, _PATH])
 
 # ---------------------------------------------------------------- validation (before any job)
-normalise_cli_config(config)  # `--config seeds=[0,1]` gives strings
-validate(config, "../schemas/config.schema.yaml")
+REPO = Path(workflow.basedir)
+# Snakemake has read the config files already, keeping the last of two equal keys and expanding aliases
+# without bound: they are read again strictly, and every message is one short line naming the key.
 try:
-    TRAIN_JOBS = check_workflow_config(config)
+    TRAIN_JOBS = checked_workflow_config(config, workflow.configfiles, REPO / "config" / "config.yaml",
+                                         REPO / "workflow" / "schemas" / "config.schema.yaml")
 except GridError as e:
-    raise WorkflowError(f"invalid workflow config: {e}") from None
+    raise WorkflowError(f"invalid workflow config: {short(e)}") from None
 
 ENVS = grid_envs(config)
-REPO = Path(workflow.basedir)
 
-# Every output lives under `results_root` (default results/), so two configs (the main job,
-# config/benchmark.yaml) never write the same file; paper/generated is the exception (lore.analysis.grid.generated_dir).
+# Every output lives under `results_root` (results/ for config/config.yaml, results/<name> for any other config
+# file unless it names its own), so two configs never write the same file; the main job's paper/generated is the
+# exception (lore.analysis.grid.generated_dir).
 RESULTS = results_root(config)
 RUN_DIR = os.path.join(runs_root(config), "{env}", "{ablation}", "seed{seed}")
 LOGS = f"{RESULTS}/logs"
@@ -60,7 +63,9 @@ PAPER_PDF = f"{RESULTS}/paper/lore.pdf"
 
 TABLE_FILES = [f"{TABLES}/{name}.csv" for name in ("eval_points", "runs", "stats", "improvement", "achievements")]
 LATEX_TABLE_FILES = [f"{TABLES}/{name}.tex" for name in ("sr_table", "efficiency_table", "crafter_table", "ablation_table")]
-FIGURE_NAMES = ["fig1_success", "prior_dynamics", "kl_traces", "iqm_intervals", "p_improvement", "crafter_achievements"]
+# the achievements figure only for grids with a Crafter env (nothing is drawn for envs not in the grid)
+FIGURE_NAMES = ["fig1_success", "prior_dynamics", "kl_traces", "iqm_intervals", "p_improvement"]
+FIGURE_NAMES += ["crafter_achievements"] if any(env in CRAFTER_ENV_NAMES for env in ENVS) else []
 GENERATED_FILES = [f"{GENERATED}/{name}.tex" for name in ("macros", "sr_table", "efficiency_table", "crafter_table", "ablation_table")]
 
 # The benchmark report (`benchmark_report: {out: ...}`, config/benchmark.yaml): what
@@ -75,6 +80,13 @@ BENCHMARK_REPORT_FILES = (
     + [f"{BENCHMARK_REPORT_DIR}/tables/{name}.csv" for name in BENCHMARK_REPORT_TABLES]
     if BENCHMARK_REPORT_DIR else []
 )
+
+# The grid's fingerprint, recorded when jobs are about to run (never by a dry run): a later grid that differs
+# is refused from the same results_root (lore.analysis.grid.check_grid_record).
+onstart:
+    if not config.get("experiment"):  # an experiment runs its own runs, not this grid
+        write_grid_record(config)
+
 
 wildcard_constraints:
     env="[A-Za-z0-9][A-Za-z0-9_.-]*",
@@ -148,14 +160,14 @@ def shared_cache(wildcards):
 # that command imports), declared as inputs: editing it reruns the rule and what depends on it.
 # tests/test_workflow.py checks these lists against the modules the commands load.
 _TABLES_CODE = ["analysis/cli", "analysis/aggregate", "analysis/runs", "analysis/stats", "analysis/settings",
-                "analysis/latex", "analysis/synthetic", "ablations"]
+                "analysis/latex", "analysis/synthetic", "analysis/outputs", "utils/io", "ablations"]
 ANALYSIS_CODE = {
     "aggregate": _TABLES_CODE,
     "figures": _TABLES_CODE + ["analysis/figures"],
     "paper_macros": _TABLES_CODE + ["analysis/figures", "analysis/paper", "config"],
     # paper-build only compiles the TeX, but loading lore.analysis.paper loads the table code too
     "paper": ["analysis/cli", "analysis/paper", "analysis/aggregate", "analysis/latex", "analysis/runs",
-              "analysis/settings", "analysis/stats"],
+              "analysis/settings", "analysis/stats", "analysis/outputs", "utils/io"],
     "benchmark_report": _TABLES_CODE + ["analysis/benchmark_report"],
 }
 
@@ -183,3 +195,61 @@ def all_targets():
     if config.get("benchmark_report"):
         targets += BENCHMARK_REPORT_FILES
     return targets
+
+
+# ---------------------------------------------------------------- the console at the end
+def outputs_lines():
+    """Where the outputs are, and the command that builds the HTML report of this run."""
+    configfiles = "".join(f" --configfile {path}" for path in workflow.overwrite_configfiles or [])
+    places = [("paper", PAPER_PDF), ("figures", FIGURES_DIR), ("tables", TABLES)]
+    lines = [f"  {label:8s} {path}" for label, path in places if os.path.exists(path)]
+    return lines + [f"  report   snakemake --report {RESULTS}/report.html{configfiles}"]
+
+
+# ---------------------------------------------------------------- declared experiments
+from lore.analysis import experiments as EXP
+
+try:
+    EXPERIMENTS = EXP.selected(config.get("experiment"))
+    _EXP_PAIRS = {name: EXP.run_dirs(EXP.load_declaration(name)) for name in EXPERIMENTS}
+except EXP.ExperimentError as e:
+    raise WorkflowError(f"invalid experiment: {' '.join(str(e).split())}") from None
+
+EXP_RUNS_DIR = str(EXP.RESULTS_DIR / "runs")
+EXP_RUN_DIR = os.path.join(EXP_RUNS_DIR, "{env}", "{key}", "seed{seed}")
+# the runs this invocation may train: planned runs with no finished run of the same identity elsewhere
+EXP_TRAIN = {(run.env, run.key, run.seed): run for pairs in _EXP_PAIRS.values() for run, folder in pairs
+             if folder == run.default_dir()}
+
+
+def experiment_targets():
+    """The comparison of every selected experiment and the log."""
+    outputs = [f"{EXP.RESULTS_DIR}/{name}/comparison.md" for name in EXPERIMENTS]
+    return outputs + ([str(EXP.LOG)] if EXPERIMENTS else [])
+
+
+def experiment_train_args(wildcards):
+    """``lore train`` arguments of one planned experiment run."""
+    run = EXP_TRAIN[(wildcards.env, wildcards.key, int(wildcards.seed))]
+    return quote_all(EXP.train_args(run, EXP_RUN_DIR.format(**wildcards)))
+
+
+
+
+def experiment_lines():
+    """The verdict of every selected experiment and where its comparison is."""
+    import json
+
+    lines = []
+    for name in EXPERIMENTS:
+        record = json.loads((EXP.RESULTS_DIR / name / "verdict.json").read_text())
+        lines.append(f"lore: {name}: {record['verdict']} ({record['reason']}); {EXP.RESULTS_DIR / name}/comparison.md")
+    return lines + [f"lore: experiment log: {EXP.LOG}"]
+
+
+def readme_headline_command(wildcards, output):
+    """Shell to rewrite the README's headline table from the report's summary: only for docs/benchmark."""
+    out = os.path.dirname(output.readme)
+    if os.path.normpath(out) != "docs/benchmark":
+        return ""
+    return f"&& python -m lore.analysis.readme --summary {out}/summary.csv --readme README.md"

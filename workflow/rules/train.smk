@@ -43,7 +43,11 @@ rule train:
         # (where it was interrupted, where it resumed) would otherwise be lost. `exec` makes `lore
         # train` the job's process itself: a SIGTERM (preemption, time limit, scancel) reaches it while
         # Snakemake, which stops gracefully on SIGTERM, waits for its checkpoint; a bash in between
-        # would die at once and leave it to be SIGKILLed with the job step.
+        # would die at once and leave it to be SIGKILLed with the job step. Descriptor 3 is the job's
+        # own stdout (Snakemake's console when run locally): `lore train` writes one line there when the
+        # run is complete (env, ablation, seed, final eval SR, wall time). No `message:` here: it would
+        # replace the job's input/wildcards/resources listing in dry runs too.
         "mkdir -p {params.run_dir} && ln -sf {params.log_link} {log}; "
         "export OMP_NUM_THREADS={threads} MKL_NUM_THREADS={threads}; "
-        "exec lore train --run-dir {params.run_dir} {params.args} --no-progress >> {params.run_dir}/train.log 2>&1"
+        "exec lore train --run-dir {params.run_dir} {params.args} --no-progress --finished-line /dev/fd/3 "
+        "3>&1 >> {params.run_dir}/train.log 2>&1"
