@@ -250,6 +250,22 @@ def test_workflow_config_adds_the_runs_without_a_directory(tmp_path, capsys):
     assert code == 2 and out == "" and err.startswith(f"lore: error: --config {path}: ") and "no_such_arm" in err
 
 
+def test_the_grid_the_workflow_recorded_lists_the_runs_not_started(tmp_path, capsys):
+    from lore.analysis.grid import grid_fingerprint, write_grid_record
+
+    config = {"envs": ["MiniGrid-Empty-5x5-v0"], "ablations": ["rl_only"], "seeds": [0, 1, 2],
+              "results_root": str(tmp_path / "res"), "run": {"train.steps": 300, "train.prefill": 100}}
+    assert grid_fingerprint(config)["runs"]
+    write_grid_record(config)
+    make_run(tmp_path / "res" / "runs", env="MiniGrid-Empty-5x5-v0", arm="rl_only", seed=1, steps=300,
+             metrics=TRAINING[:2])
+    report = status_json(tmp_path / "res", capsys)
+    assert [(r["seed"], r["state"], r["total"]) for r in report["runs"]] == [
+        ("0", "waiting", 300), ("1", "failed", 300), ("2", "waiting", 300)]
+    (tmp_path / "res" / ".grid.json").write_text("not json")  # a damaged record: the run directories alone
+    assert [r["seed"] for r in status_json(tmp_path / "res", capsys)["runs"]] == ["1"]
+
+
 def test_workflow_lines_name_the_failed_runs_and_their_logs(tmp_path):
     from lore.analysis.grid import TrainJob
 

@@ -394,6 +394,24 @@ def load_workflow_config(path: str) -> dict:
     return normalise_cli_config(data)
 
 
+def recorded_runs(runs_dir: Path) -> list[RunStatus]:
+    """The grid the workflow recorded beside ``runs_dir`` (``<results_root>/.grid.json``), as waiting rows;
+    [] when there is no readable record."""
+    from lore.analysis.grid import GRID_RECORD
+
+    try:
+        record = json.loads((runs_dir.parent / GRID_RECORD).read_text())
+        settings = record.get("settings") or {}
+        rows = []
+        for env, ablation, seed in record["runs"]:
+            steps = (settings.get(f"{env} / {ablation}") or {}).get("train.steps")
+            rows.append(waiting_run(runs_dir, str(env), str(ablation), int(seed),
+                                    int(steps) if isinstance(steps, int) else None))
+        return rows
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return []
+
+
 def status_command(root: str | None, config_path: str | None, as_json: bool) -> int:
     """``lore status``: print the grid's table (or JSON) and a summary line; ConfigError for a missing root."""
     from lore.config import ConfigError
@@ -404,7 +422,7 @@ def status_command(root: str | None, config_path: str | None, as_json: bool) -> 
         raise ConfigError(f"status: {runs_dir} is not a directory")
     if not runs_dir.exists() and config_path is None:
         raise ConfigError(f"status: {runs_dir}: no such directory (give a runs or results root)")
-    planned = planned_runs(config, config_path, runs_dir) if config is not None else []
+    planned = planned_runs(config, config_path, runs_dir) if config is not None else recorded_runs(runs_dir)
     runs = grid_status(runs_dir, planned)
     summary = summarize(runs)
     if as_json:
