@@ -277,22 +277,26 @@ def _base_config(decl_base: str, root: Path) -> dict:
     return load_yaml(root / decl_base)
 
 
-def run_overrides(decl: Declaration, arm: Arm, env: str, root: Path) -> dict[str, object]:
-    """Dotted overrides of one (arm, env): the base config's run settings <- the budget <- the arm's settings."""
+def run_overrides(decl: Declaration, arm: Arm, env: str, root: Path, base: dict | None = None) -> dict[str, object]:
+    """Dotted overrides of one (arm, env): the base config's run settings <- the budget <- the arm's settings
+    (``base``: the base workflow config, when the caller has read it already)."""
     from lore.analysis.grid import run_overrides as workflow_overrides
 
-    overrides = workflow_overrides(_base_config(decl.base, root), env, arm.ablation)
+    overrides = workflow_overrides(base if base is not None else _base_config(decl.base, root), env, arm.ablation)
     if decl.steps is not None:
         overrides["train.steps"] = int(decl.steps)
     overrides.update(arm.settings)
     return overrides
 
 
-def resolved_config(decl: Declaration, arm: Arm, env: str, root: Path):
+def _resolve(overrides: dict[str, object], ablation: str):
     from lore.config import build_config
 
-    overrides = run_overrides(decl, arm, env, root)
-    return build_config(None, [f"{k}={json.dumps(v)}" for k, v in overrides.items()], arm.ablation)
+    return build_config(None, [f"{k}={json.dumps(v)}" for k, v in overrides.items()], ablation)
+
+
+def resolved_config(decl: Declaration, arm: Arm, env: str, root: Path):
+    return _resolve(run_overrides(decl, arm, env, root), arm.ablation)
 
 
 def identity(config: dict) -> dict:
@@ -316,12 +320,13 @@ def run_key(ablation: str, config: dict) -> str:
 def _plan_arm(decl: Declaration, arm: Arm, envs, seeds, root: Path, label: str | None = None) -> list[PlannedRun]:
     from lore.config import to_dict
 
+    base = _base_config(decl.base, root)
+    per_run = bool((base.get("llm_cache") or {}).get("per_run", True))
     runs = []
     for env in envs:
-        overrides = run_overrides(decl, arm, env, root)
-        key = run_key(arm.ablation, to_dict(resolved_config(decl, arm, env, root)))
+        overrides = run_overrides(decl, arm, env, root, base)
+        key = run_key(arm.ablation, to_dict(_resolve(overrides, arm.ablation)))
         frozen = tuple(sorted(overrides.items()))
-        per_run = bool((_base_config(decl.base, root).get("llm_cache") or {}).get("per_run", True))
         runs += [PlannedRun(env, label or arm.name, int(s), arm.ablation, frozen, key, per_run) for s in seeds]
     return runs
 
