@@ -1,4 +1,4 @@
-"""bf16 autocast and torch.compile against float32 eager: ms per DreamerAgent.train_step.
+"""bf16 autocast and torch.compile (``train.compile``) against float32 eager: ms per DreamerAgent.train_step.
 
     .venv/bin/python benchmarks/bench_precision.py --device cuda --json out.json     # a GPU, pixel Crafter, preset m
     .venv/bin/python benchmarks/bench_precision.py --device cpu --preset debug --obs symbolic --repeats 3
@@ -26,8 +26,10 @@ from lore.config import build_config
 from lore.dreamer.agent import DreamerAgent
 from lore.envs import make_env
 
-MODES = {"fp32": ("float32", False), "bf16": ("bfloat16", False),
-         "fp32+compile": ("float32", True), "bf16+compile": ("bfloat16", True)}
+MODES = {"fp32": ("float32", "off"), "bf16": ("bfloat16", "off"),
+         "fp32+networks": ("float32", "networks"), "fp32+update": ("float32", "update"),
+         "bf16+update": ("bfloat16", "update")}
+"""mode -> (train.precision, train.compile)."""
 
 
 def sync(device: torch.device) -> None:

@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/gpu_report.py [--dir docs/benchmark/gpu]
 
-Reads precision_eager.json and precision_compile.json (benchmarks/bench_precision.py) and the training run
+Reads precision.json (benchmarks/bench_precision.py) and the training run
 in crafter_pixels_m/ (eval.csv, metrics.csv, config.yaml of `lore train`). Every number in the page comes
 from those files.
 """
@@ -72,7 +72,7 @@ def main() -> None:
              "Measured with `benchmarks/gpu_crafter.sh` on a lent GPU machine (the steps of that script were run "
              "as separate calls). Not reproducible in CI, which has no GPU.", "",
              "## bf16 autocast and torch.compile (`train.precision`, `train.compile`)", ""]
-    for name in ("precision_eager.json", "precision_compile.json"):
+    for name in ("precision.json",):
         if (root / name).exists():
             lines += [*precision_table(root / name), ""]
     lines += ["Reading: an update at preset m with batch 16x64 does ~80 sequential small steps (64 observe steps, "

@@ -60,13 +60,6 @@ class DreamerConfig:
     value_bootstrap: float = 0.5
     """Probability that a critic head trains on an imagination start state (bootstrapped heads, so
     their spread measures value uncertainty; 1 = every head on every state, no spread)."""
-    critic_trunk: Literal["separate", "shared"] = "separate"
-    """``separate``: each critic head is a whole MLP; ``shared``: the heads are output layers on one MLP trunk,
-    each on its own bootstrap sample, at about the cost of one critic."""
-    uncertainty_head_steps: int = 0
-    """0: every critic head trains on every imagined state. n > 0: head 0 is DreamerV3's critic and the other
-    heads (whose spread the gate and the advice trust read) train only on the first n imagination steps;
-    must be <= dreamer.horizon."""
     actor_entropy: float = 3e-4
     free_bits: float = 1.0
     kl_dyn: float = 0.5
@@ -114,9 +107,11 @@ class TrainConfig:
     """Autocast dtype of the update's forward passes. ``bfloat16`` runs matmuls and convolutions in bf16
     (softmaxes, norms and the losses stay float32 under autocast); a GPU option: on most CPUs bf16 is
     slower. Acting stays float32 (``benchmarks/bench_precision.py`` times both)."""
-    compile: bool = False
-    """``torch.compile`` the networks (encoder, decoder, GRU cell, heads, actor, critic, ensemble) in place,
-    so checkpoints keep their keys. The first updates pay the compile time (minutes on a CPU)."""
+    compile: Literal["off", "networks", "update"] = "off"
+    """``update``: the world-model losses, the imagination with the actor and critic losses, and the act-time
+    policy forward each as one compiled graph (backward included; CUDA graphs on a GPU); ``networks``: each
+    network compiled on its own; ``off``: eager. Both compiled modes pay a compile time on the first updates
+    (seconds to minutes per distinct batch shape; ``benchmarks/bench_compile.py`` measures it)."""
 
 
 @dataclass
@@ -339,6 +334,8 @@ RETIRED: dict[str, Any] = {
     "prior.anneal": "none",
     "prior.anneal_end": 0,
     "distill.holdout_frac": 0.2,
+    "dreamer.critic_trunk": "separate",
+    "dreamer.uncertainty_head_steps": 0,
 }
 """Removed settings, each with its old default (the value at which it changed nothing): a config that holds one
 at that value, such as the saved ``config.yaml`` of an older run, loads with the key dropped."""
@@ -358,12 +355,22 @@ def _is_neutral(value: Any, neutral: Any) -> bool:
     return value == neutral
 
 
+RENAMED_VALUES: dict[str, dict[Any, Any]] = {"train.compile": {False: "off", True: "networks"}}
+"""Values a setting used to take, with the value that means the same today (old runs' saved configs load)."""
+
+
 def drop_retired(data: dict) -> dict:
-    """``data`` without the :data:`RETIRED` keys it holds at their neutral value (a copy; ``data`` is untouched).
+    """``data`` without the :data:`RETIRED` keys it holds at their neutral value (a copy; ``data`` is untouched),
+    and with the :data:`RENAMED_VALUES` of older configs translated.
 
     A retired key at any other value is a :class:`ConfigError` that names it: the variant it chose is gone.
     """
     out = dict(data)
+    for key, renames in RENAMED_VALUES.items():
+        section, name = key.split(".")
+        node = out.get(section)
+        if isinstance(node, dict) and isinstance(node.get(name), bool) and node[name] in renames:
+            out[section] = {**node, name: renames[node[name]]}
     for key, neutral in RETIRED.items():
         *parents, name = key.split(".")
         node = out
@@ -804,7 +811,6 @@ LIMITS: dict[str, Limit] = {
     "dreamer.imag_last": _closed(0, 65_536),          # and <= train.batch_length
     "dreamer.ensemble_scale": _SCALE,
     "dreamer.value_bootstrap": Limit(0.0, 1.0, lo_open=True),
-    "dreamer.uncertainty_head_steps": _closed(0, 1000),  # and <= dreamer.horizon
     "dreamer.actor_entropy": _SCALE,
     "dreamer.free_bits": _closed(0.0, 1e3),           # nats; 32 latents x ln(1024) classes is only 222
     "dreamer.kl_dyn": _SCALE,
@@ -990,9 +996,6 @@ def validate_semantics(cfg: RunConfig) -> None:
         (cfg.dreamer.imag_last <= t.batch_length,
          f"dreamer.imag_last ({cfg.dreamer.imag_last}) must be <= train.batch_length ({t.batch_length}): "
          f"it counts steps of one replayed sequence"),
-        (cfg.dreamer.uncertainty_head_steps <= cfg.dreamer.horizon,
-         f"dreamer.uncertainty_head_steps ({cfg.dreamer.uncertainty_head_steps}) must be <= dreamer.horizon "
-         f"({cfg.dreamer.horizon}): it counts imagination steps"),
         (cfg.dreamer.retnorm_low < cfg.dreamer.retnorm_high,
          f"dreamer.retnorm_low ({cfg.dreamer.retnorm_low:g}) must be < dreamer.retnorm_high "
          f"({cfg.dreamer.retnorm_high:g})"),

@@ -370,7 +370,7 @@ def test_contradictions(sandbox, capsys, overrides, needle):
     (["--set", "env.obs=rgb"], "env.obs"),
     (["--set", "dreamer.critic_trunk=tied"], "dreamer.critic_trunk"),
     (["--set", "dreamer.uncertainty_head_steps=99"], "dreamer.uncertainty_head_steps"),
-    (["--set", "dreamer.uncertainty_head_steps=1.5"], "dreamer.uncertainty_head_steps"),
+    (["--set", "train.compile=graph"], "train.compile"),
     (["--set", "llm.backend=openai"], "llm.backend"),
     (["--set", "train=5"], "train"),
     (["--set", "train.steps"], "KEY=VALUE"),

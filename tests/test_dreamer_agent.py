@@ -412,7 +412,7 @@ def test_bf16_autocast_update_tracks_float32_and_keeps_float32_weights(pixels):
 
 def test_compile_wraps_the_networks_in_place_and_keeps_checkpoint_keys():
     plain = DreamerAgent(symbolic_space(), A, make_cfg("ablation=full"))
-    compiled = DreamerAgent(symbolic_space(), A, make_cfg("ablation=full", "train.compile=true"))
+    compiled = DreamerAgent(symbolic_space(), A, make_cfg("ablation=full", "train.compile=networks"))
     assert plain.compiled == []
     # the outermost networks only, never a module inside one already compiled
     assert {"encoder.mlp", "rssm.gru", "decoder.mlp", "reward_head", "continue_head", "ensemble", "net"} <= set(

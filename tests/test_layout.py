@@ -81,3 +81,9 @@ def test_the_feature_sandbox_does_not_depend_on_the_llm_client(package):
             seen.add(module)
             todo.extend(graph[module])
     assert not {m for m in seen if m.startswith("lore.llm")}, sorted(seen)
+
+
+def test_lore_uses_torch_compile_not_torch_jit():
+    """Scripting (torch.jit) is deprecated; the compiled paths use torch.compile (``train.compile``)."""
+    users = sorted(str(p.relative_to(LORE.parent)) for p in LORE.rglob("*.py") if "torch.jit" in p.read_text())
+    assert users == []

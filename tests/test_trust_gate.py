@@ -388,12 +388,11 @@ def test_critic_losses_head_weight():
         critic_losses(logits, returns, slow, weight, bins, torch.ones(3, 5))
 
 
-def _train_heads(head_weight: torch.Tensor, feat: torch.Tensor, returns: torch.Tensor, steps: int = 200,
-                 trunk: str = "separate") -> Critic:
+def _train_heads(head_weight: torch.Tensor, feat: torch.Tensor, returns: torch.Tensor, steps: int = 200) -> Critic:
     bins = make_bins(255, 20.0)
     with torch.random.fork_rng():
         torch.manual_seed(13)
-        critic = Critic(feat.shape[-1], heads=head_weight.shape[0], units=32, layers=1, bins=bins, trunk=trunk)
+        critic = Critic(feat.shape[-1], heads=head_weight.shape[0], units=32, layers=1, bins=bins)
     opt = torch.optim.Adam(critic.parameters(), lr=3e-3)
     weight = torch.ones_like(returns)
     for _ in range(steps):
@@ -406,8 +405,7 @@ def _train_heads(head_weight: torch.Tensor, feat: torch.Tensor, returns: torch.T
     return critic
 
 
-@pytest.mark.parametrize("trunk", ["separate", "shared"])
-def test_bootstrapped_heads_disagree_where_their_data_disagree(trunk):
+def test_bootstrapped_heads_disagree_where_their_data_disagree():
     gen = torch.Generator().manual_seed(14)
     x = torch.randn(32, 4, generator=gen)
     # The same states twice with different returns: head 0 and 2 see only the first half (+3),
@@ -416,26 +414,20 @@ def test_bootstrapped_heads_disagree_where_their_data_disagree(trunk):
     returns = torch.cat([torch.full((32,), 3.0), torch.full((32,), -3.0)])[None]
     half = torch.cat([torch.ones(32), torch.zeros(32)])
     disjoint = torch.stack([half, 1 - half, half]) * 2.0
-    spread_boot = _train_heads(disjoint, feat, returns, trunk=trunk).values(x).var(0).mean().item()
-    spread_same_data = _train_heads(torch.ones(3, 64), feat, returns, trunk=trunk).values(x).var(0).mean().item()
-    assert spread_boot > 1.0  # heads near +3, -3, +3: a shared trunk still lets the output layers part
+    spread_boot = _train_heads(disjoint, feat, returns).values(x).var(0).mean().item()
+    spread_same_data = _train_heads(torch.ones(3, 64), feat, returns).values(x).var(0).mean().item()
+    assert spread_boot > 1.0  # heads near +3, -3, +3
     assert spread_same_data < 0.05 * spread_boot
 
 
-def test_shared_trunk_critic_is_one_trunk_and_k_zero_initialised_output_layers():
+def test_critic_heads_are_whole_mlps_with_zero_initialised_outputs():
     bins = make_bins(255, 20.0)
     separate = Critic(12, heads=3, units=16, layers=2, bins=bins)
-    shared = Critic(12, heads=3, units=16, layers=2, bins=bins, trunk="shared")
     single = Critic(12, heads=1, units=16, layers=2, bins=bins)
     count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
-    out_layer = 16 * 255 + 255
-    assert count(shared) == count(single) + 2 * out_layer  # one trunk, three output layers
     assert count(separate) == 3 * count(single)
-    feat = torch.randn(5, 7, 12)
-    logits = shared(feat)
+    logits = separate(torch.randn(5, 7, 12))
     assert logits.shape == (3, 5, 7, 255) and torch.all(logits == 0)  # untrained heads predict 0
-    with pytest.raises(ValueError, match="critic trunk must be 'separate' or 'shared'"):
-        Critic(12, heads=3, units=16, layers=2, bins=bins, trunk="tied")
 
 
 # --------------------------------------------------------------------------- metrics

@@ -21,10 +21,10 @@ import torch.nn.functional as F
 from lore.dreamer.behavior import (
     Actor,
     Critic,
-    bootstrap_head_mask,
     critic_losses,
     critic_losses_on_rows,
     ema_update_,
+    head_mask_from_uniform,
     imagination_weights,
     make_slow_copy,
     own_rows,
@@ -36,11 +36,12 @@ from lore.dreamer.math import (
     categorical_entropy,
     check_scales_used,
     combine_losses,
+    ema_percentiles,
     gumbel_noise,
     lambda_returns,
     twohot_decode,
 )
-from lore.dreamer.networks import MLP, CNNDecoder, CNNEncoder, EnsembleMLP, HeadsOnTrunk, compile_in_place
+from lore.dreamer.networks import MLP, CNNDecoder, CNNEncoder, EnsembleMLP, compile_in_place
 from lore.dreamer.rssm import LayerNormGRUCell
 from lore.dreamer.world_model import WorldModel
 from lore.prior.layer import PriorLayer
@@ -49,8 +50,8 @@ Tensor = torch.Tensor
 
 WM_LOSSES = ("decoder", "reward", "continue", "dyn", "rep", "ensemble", "prior_net")
 ACTOR_LOSSES = ("actor", "prior")
-COMPILED_NETWORKS = (MLP, CNNEncoder, CNNDecoder, EnsembleMLP, HeadsOnTrunk, LayerNormGRUCell)
-"""What ``train.compile`` compiles: the networks, not the Python loops (observe, imagine) that call them."""
+COMPILED_NETWORKS = (MLP, CNNEncoder, CNNDecoder, EnsembleMLP, LayerNormGRUCell)
+"""What ``train.compile: networks`` compiles: the networks, not the Python loops (observe, imagine) that call them."""
 COMPILE_GRAPH_LIMIT = 64
 CRITIC_LOSSES = ("critic", "slow_reg")
 
@@ -67,6 +68,18 @@ class ActOutput:
     u_disagreement: Tensor  # [B]
     action_changed: Tensor  # [B] bool: a_mix != a_wm under the same Gumbel noise
     latent: Tensor          # [B, D] posterior features (planner / PriorNet input)
+
+
+def compile_options(device: torch.device) -> dict:
+    """``torch.compile`` settings of ``train.compile: update``: whole functions, no graph break, fixed shapes;
+    on CUDA the graphs are captured and replayed (``reduce-overhead``)."""
+    return {"fullgraph": True, "dynamic": False, "mode": "reduce-overhead" if device.type == "cuda" else None}
+
+
+def read_scalars(tensors: Mapping[str, Tensor]) -> dict[str, float]:
+    """0-dim tensors -> floats in one device-to-host read (NaN as ``math.nan``)."""
+    values = torch.stack([v.detach().float() for v in tensors.values()]).tolist()
+    return {k: v if v == v else math.nan for k, v in zip(tensors, values, strict=True)}
 
 
 def gumbel_argmax_pair(logits_a: Tensor, logits_b: Tensor, generator: torch.Generator | None,
@@ -101,8 +114,7 @@ class DreamerAgent:
         self.wm = WorldModel(obs_space, num_actions, cfg).to(self.device)
         feat = self.wm.feat_dim
         self.actor = Actor(feat, num_actions, m.units, m.layers, d.unimix).to(self.device)
-        self.critic = Critic(feat, m.value_heads, m.units, m.layers, self.wm.bins,
-                             cfg.dreamer.critic_trunk).to(self.device)
+        self.critic = Critic(feat, m.value_heads, m.units, m.layers, self.wm.bins).to(self.device)
         self.slow_critic = make_slow_copy(self.critic)
         self.prior = PriorLayer(cfg.prior, num_actions, num_envs=cfg.env.num_envs)
         self.retnorm = ReturnNormalizer(d.retnorm_decay, d.retnorm_low, d.retnorm_high, device=self.device)
@@ -123,17 +135,27 @@ class DreamerAgent:
         # (its signal is NaN, its loss 0, its metrics NaN)
         self.reads_disagreement = False
         self.wm.train_ensemble = self.reads_disagreement
-        # bootstrapped heads with separate weights (EnsembleMLP) can each run on their own rows
-        self._critic_on_rows = (isinstance(self.critic.net, EnsembleMLP) and d.value_bootstrap < 1.0
-                                and not self._heads_split())
         self.autocast_dtype = torch.bfloat16 if cfg.train.precision == "bfloat16" else None
-        self.compiled = []
-        if cfg.train.compile:
+        mode = cfg.train.compile
+        # the compiled update reads no data-dependent shape or value: dense features, every head on every row
+        self._graph = mode == "update"
+        # bootstrapped heads with separate weights (EnsembleMLP) can each run on their own rows
+        self._critic_on_rows = d.value_bootstrap < 1.0 and not self._graph
+        self.compiled: list[str] = []
+        self._wm_losses_fn, self._behaviour_fn, self._act_fn = self._world_model_losses, self._behaviour, self._act_core
+        if mode == "networks":
             # one code object (MLP.forward) serves many heads, each with its own shapes and grad modes:
             # dynamo's default of 8 graphs per code object would silently fall back to eager
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, COMPILE_GRAPH_LIMIT)
             for root in (self.wm, self.actor, self.critic, self.slow_critic):
                 self.compiled += compile_in_place(root, COMPILED_NETWORKS)
+        elif mode == "update":
+            torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, COMPILE_GRAPH_LIMIT)
+            options = compile_options(self.device)
+            self._wm_losses_fn = torch.compile(self._world_model_losses, **options)
+            self._behaviour_fn = torch.compile(self._behaviour, **options)
+            self._act_fn = torch.compile(self._act_core, **options)
+            self.compiled = ["world_model_losses", "behaviour", "act"]
         self.nonfinite_skips = 0
         self.train_steps = 0
         self.env_step = 0
@@ -187,15 +209,15 @@ class DreamerAgent:
         batch = is_first.shape[0]
         obs = {k: torch.as_tensor(obs[k], device=self.device) for k in self._check_obs_keys(obs)}
         llm_in = self._llm_act_inputs(llm, batch)
-        embed = self.wm.embed(obs, llm_in["features"], llm_in["features_mask"])
-        rssm_state = {"deter": state["deter"], "stoch": state["stoch"]}
-        post, _, _ = self.wm.rssm.obs_step(rssm_state, state["prev_action"], embed, is_first, self.generator)
-        latent = self.wm.rssm.features(post)
-
-        logits_wm = self.actor(latent)
+        m = self.cfg.model
+        noise = gumbel_noise((batch, m.stoch, m.classes), self.generator, self.device)
+        deter, stoch, latent, logits_wm, entropy, value_var = self._act_fn(
+            obs, llm_in["features"], llm_in["features_mask"], state["deter"], state["stoch"], state["prev_action"],
+            is_first, noise)
+        post = {"deter": deter.clone(), "stoch": stoch.clone()}  # the next step's input outlives a graph replay
         u = {
-            "entropy": categorical_entropy(logits_wm),
-            "value_var": self.critic.values(latent).var(0, unbiased=False),
+            "entropy": entropy,
+            "value_var": value_var,
             "disagreement": (self.wm.expected_disagreement(latent, logits_wm.exp()) if self.reads_disagreement
                              else torch.full((latent.shape[0],), math.nan, device=latent.device)),
         }
@@ -215,6 +237,18 @@ class DreamerAgent:
                          beta=beta, u_entropy=u["entropy"], u_value_var=u["value_var"],
                          u_disagreement=u["disagreement"], action_changed=action != action_wm, latent=latent)
 
+    def _act_core(self, obs: dict[str, Tensor], features: Tensor, features_mask: Tensor, deter: Tensor,
+                  stoch: Tensor, prev_action: Tensor, is_first: Tensor, noise: Tensor) -> tuple[Tensor, ...]:
+        """The policy forward of one act step -> (posterior deter [B, D], stoch [B, S, C], latent [B, F],
+        logits_wm [B, A], entropy [B], value variance over the critic heads [B]); reads nothing back to the host."""
+        embed = self.wm.embed(obs, features, features_mask)
+        post, _, _ = self.wm.rssm.obs_step({"deter": deter, "stoch": stoch}, prev_action, embed, is_first,
+                                           noise=noise)
+        latent = self.wm.rssm.features(post)
+        logits_wm = self.actor(latent)
+        return (post["deter"], post["stoch"], latent, logits_wm, categorical_entropy(logits_wm),
+                self.critic.values(latent).var(0, unbiased=False))
+
     def prior_net_logits(self, latent: Tensor) -> Tensor:
         """PriorNet's action log-probs [B, A] for posterior features [B, D] (distill must be enabled)."""
         if self.wm.prior_net is None:
@@ -227,7 +261,7 @@ class DreamerAgent:
 
         ``step(latent, action_onehot [N, A])`` is one prior step with a sampled ``stoch`` (drawn from
         the agent's generator); ``reward`` is the reward of the transition into the latent, ``cont``
-        its continue probability, ``value`` the critic's value (:meth:`_value_heads`).
+        its continue probability, ``value`` the critic's value (the mean of its heads).
         """
         rssm, deter_dim = self.wm.rssm, self.cfg.model.deter
 
@@ -248,17 +282,9 @@ class DreamerAgent:
 
         @torch.no_grad()
         def value(latent: Tensor) -> Tensor:
-            return self.critic.values(latent, self._value_heads()).mean(0)
+            return self.critic.values(latent).mean(0)
 
         return {"step": step, "reward": reward, "cont": cont, "value": value}
-
-    def _heads_split(self) -> bool:
-        """Whether head 0 alone is the critic and the others are uncertainty heads on the first imagination steps."""
-        return self.cfg.dreamer.uncertainty_head_steps > 0 and self.critic.net.members > 1
-
-    def _value_heads(self) -> slice:
-        """The critic heads whose mean is the value (lambda-returns, planning): all of them, or head 0 alone."""
-        return slice(0, 1) if self._heads_split() else slice(None)
 
     def _check_obs_keys(self, obs: Mapping) -> list[str]:
         missing = [k for k in self.obs_keys if k not in obs]
@@ -313,71 +339,112 @@ class DreamerAgent:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.autocast_dtype)
 
-    def _optimise(self, opt: torch.optim.Optimizer, loss: Tensor, params: list, clip: float) -> float:
-        """Backward + clip + step, or skip the step (and count it) when the loss or grads are not finite."""
-        opt.zero_grad(set_to_none=True)
-        if not bool(torch.isfinite(loss)):
-            self.nonfinite_skips += 1
-            return math.nan
-        loss.backward()
-        norm = torch.nn.utils.clip_grad_norm_(params, clip)
-        if not bool(torch.isfinite(norm)):
+    def _optimise(self, groups: list[tuple[torch.optim.Optimizer, Tensor, list, float]]) -> list[float]:
+        """One backward of the finite losses, then per ``(optimiser, loss, params, clip)`` group: clip and step,
+        or skip the step (and count it) when its loss or gradients are not finite -> gradient norms."""
+        for opt, *_ in groups:
             opt.zero_grad(set_to_none=True)
-            self.nonfinite_skips += 1
-            return float(norm)
-        opt.step()
-        return float(norm)
+        finite = [bool(torch.isfinite(loss)) for _, loss, _, _ in groups]
+        kept = [loss for (_, loss, _, _), ok in zip(groups, finite, strict=True) if ok]
+        if kept:
+            sum(kept).backward()
+        norms = []
+        for (opt, _, params, clip), ok in zip(groups, finite, strict=True):
+            if not ok:
+                self.nonfinite_skips += 1
+                norms.append(math.nan)
+                continue
+            norm = torch.nn.utils.clip_grad_norm_(params, clip)
+            if not bool(torch.isfinite(norm)):
+                opt.zero_grad(set_to_none=True)
+                self.nonfinite_skips += 1
+            else:
+                opt.step()
+            norms.append(float(norm))
+        return norms
 
-    def behaviour_losses(self, post: dict[str, Tensor], data: dict) -> tuple[dict, dict, dict, dict]:
-        """Imagine from every posterior state and build the actor and critic losses.
-
-        Returns (actor losses, critic losses, metrics, internals). No gradient reaches the world
-        model: starts are detached and the dynamics and reward/continue heads run without grad.
-        """
-        d = self.cfg.dreamer
-        # DreamerV3 imagines from every posterior state; imag_last > 0 keeps only the last steps
-        # of each sequence (the official ``imag_last`` knob), trading sample use for speed
-        imag_last = int(d.imag_last)
+    def _imagination_starts(self, b: int, t: int) -> int:
+        """How many start states imagination uses for a [B, T] batch (all, or the last ``imag_last`` of each row)."""
+        imag_last = int(self.cfg.dreamer.imag_last)
         if imag_last < 0:
             raise ValueError(f"dreamer.imag_last must be >= 0 (0 = all steps), got {imag_last}")
-        if 0 < imag_last < post["deter"].shape[1]:
-            post = {k: post[k][:, -imag_last:] for k in ("deter", "stoch")}
-            data = {**data, **{k: data[k][:, -imag_last:] for k in
+        return b * (imag_last if 0 < imag_last < t else t)
+
+    def _update_noise(self, b: int, t: int, observe: bool = True) -> dict[str, Tensor]:
+        """Every random draw of one update from the agent's generator, in the order the update uses them.
+
+        ``obs`` [B, T, S, C]: the posterior samples' Gumbel noise; per imagination step k the action's
+        ``actor[k]`` [N, A], then the latent's ``stoch[k]`` [N, S, C]; ``heads`` [K, N]: the bootstrap
+        uniforms (absent when every head trains on every state).
+        """
+        d, m, g, dev = self.cfg.dreamer, self.cfg.model, self.generator, self.device
+        n = self._imagination_starts(b, t)
+        noise = {"obs": gumbel_noise((b, t, m.stoch, m.classes), g, dev)} if observe else {}
+        actor, stoch = [], []
+        for _ in range(d.horizon):
+            actor.append(gumbel_noise((n, self.num_actions), g, dev))
+            stoch.append(gumbel_noise((n, m.stoch, m.classes), g, dev))
+        noise.update(actor=torch.stack(actor), stoch=torch.stack(stoch))
+        if d.value_bootstrap < 1.0:
+            noise["heads"] = torch.rand(self.critic.net.members, n, generator=g, device=g.device).to(dev)
+        return noise
+
+    def _world_model_losses(self, data: dict, noise: Tensor) -> tuple[Tensor, dict, dict, dict]:
+        """(scaled total, losses, detached posterior ``deter``/``stoch``, metrics) of one batch; reads nothing
+        back to the host (the part ``train.compile: update`` compiles)."""
+        with self._autocast():
+            losses, post, metrics = self.wm.loss(data, noise=noise)
+        total = combine_losses(losses, self.loss_scales)
+        return total, losses, {"deter": post["deter"].detach(), "stoch": post["stoch"].detach()}, metrics
+
+    def _behaviour(self, post: dict[str, Tensor], data: dict, noise: dict[str, Tensor],
+                   prior_in: dict[str, Tensor], moments: tuple[Tensor, Tensor]) -> tuple[dict, dict, dict, dict]:
+        """Imagine from every posterior state and build the actor and critic losses; reads nothing back to the host.
+
+        ``noise`` from :meth:`_update_noise`, ``prior_in`` from :meth:`PriorLayer.loss_inputs`, ``moments`` the
+        return normaliser's (low, high). Returns (actor losses, critic losses, metric tensors, side outputs:
+        the new moments, the imagination internals and the advised start states). No gradient reaches the
+        world model: starts are detached and the dynamics and reward/continue heads run without grad.
+        """
+        d = self.cfg.dreamer
+        n = noise["actor"].shape[1]
+        if n < post["deter"].shape[0] * post["deter"].shape[1]:  # imag_last: the last steps of each sequence
+            last = n // post["deter"].shape[0]
+            post = {k: post[k][:, -last:] for k in ("deter", "stoch")}
+            data = {**data, **{k: data[k][:, -last:] for k in
                                ("is_terminal", "llm_prior_logits", "llm_mask", "llm_confidence", "llm_beta",
                                 "llm_source")}}
-        n = post["deter"].shape[0] * post["deter"].shape[1]
         start = {"deter": post["deter"].reshape(n, -1).detach(),
                  "stoch": post["stoch"].reshape(n, *post["stoch"].shape[2:]).detach()}
+        # imagined stoch is one-hot: eager first layers add selected rows; the compiled update stays dense
+        view = (lambda x: x) if self._graph else self.wm.one_hot
         actor_logits: list[Tensor] = []
 
         def policy(feat: Tensor, step: int) -> Tensor:
-            latent = self.wm.one_hot(feat)  # imagined stoch is one-hot: first layers add selected rows
-            logits = self.actor(latent)
+            logits = self.actor(view(feat))
             actor_logits.append(logits)
-            noise = gumbel_noise(logits.shape, self.generator, feat.device, feat.dtype)
-            return F.one_hot((logits.detach() + noise).argmax(-1), self.num_actions).float()
+            return F.one_hot((logits.detach() + noise["actor"][step]).argmax(-1), self.num_actions).float()
 
-        traj = self.wm.rssm.imagine(start, policy, d.horizon, self.generator)
+        traj = self.wm.rssm.imagine(start, policy, d.horizon, noise=noise["stoch"])
         dense_feat, actions = traj["feat"], traj["action"]  # [H+1, N, F], [H, N, A]
-        # the heads, the critic and its slow copy read the one-hot stoch as row indices (same numbers,
-        # a fraction of the first-layer multiply-adds)
-        feat = self.wm.one_hot(dense_feat)
+        feat = view(dense_feat)
         logits = torch.stack(actor_logits)  # [H, N, A]
-        heads, split, main = self.critic.net.members, self._heads_split(), self._value_heads()
+        heads = self.critic.net.members
         with torch.no_grad():
             rewards = self.wm.reward(feat[1:])  # [H, N]
             continues = (self.wm.continue_head(feat[1:]).squeeze(-1) > 0).float()  # mode, as DreamerV3
             first_cont = 1.0 - data["is_terminal"].reshape(n).float()
             weight = imagination_weights(first_cont, continues, d.gamma)  # [H+1, N]
             # [k, H, N]; with the heads on their own rows, the slow copy is read on those rows only
-            slow_values = None if self._critic_on_rows else self.slow_critic.values(feat[:-1], main)
+            slow_values = None if self._critic_on_rows else self.slow_critic.values(feat[:-1])
 
-        head_weight = None if split else bootstrap_head_mask(heads, n, d.value_bootstrap, self.generator, feat.device)
+        head_weight = (head_mask_from_uniform(noise["heads"], d.value_bootstrap) if "heads" in noise
+                       else torch.ones(heads, n, device=dense_feat.device))  # [K, N]
         # bootstrapped separate heads train on their own rows only (same losses at a fraction of the
         # backward); the returns still bootstrap from every head on every state, without a graph
-        rows = own_rows(head_weight) if head_weight is not None and self._critic_on_rows else None
+        rows = own_rows(head_weight) if self._critic_on_rows else None
         if rows is None:
-            value_logits = self.critic(feat, main)  # [k, H+1, N, bins]
+            value_logits = self.critic(feat)  # [k, H+1, N, bins]
             head_values = twohot_decode(value_logits.detach(), self.wm.bins)
         else:
             value_logits, head_values = self._critic_on_own_rows(feat, head_weight, rows[0])
@@ -385,16 +452,15 @@ class DreamerAgent:
             # bootstrap from the current critic (mean over heads), not from the slow copy
             values = head_values.mean(0)  # [H+1, N]
             returns = lambda_returns(rewards, values, continues, d.gamma, d.lam)  # [H, N]
-            if bool(torch.isfinite(returns).all()):
-                self.retnorm.update(returns)
-            scale = self.retnorm.scale()
+            low, high = ema_percentiles(*moments, returns, d.retnorm_decay, d.retnorm_low, d.retnorm_high)
+            scale = torch.clamp(high - low, min=1.0)
             advantage = (returns - values[:-1]) / scale  # [H, N]
 
         prior_logits = data["llm_prior_logits"].reshape(n, -1)
         mask = data["llm_mask"].reshape(n)
         loss_actor, entropy = reinforce_loss(logits, actions, advantage, weight[:-1], d.actor_entropy)
-        loss_prior, prior_metrics = self.prior.actor_loss(
-            logits[0], prior_logits, mask, data["llm_beta"].reshape(n), data["llm_source"].reshape(n))
+        loss_prior, kl_mix_wm = self.prior.absorption(logits[0], prior_logits, mask, data["llm_beta"].reshape(n),
+                                                      prior_in)
         if rows is None:
             loss_critic, loss_slow = critic_losses(value_logits[:, :-1], returns, slow_values, weight[:-1],
                                                    self.wm.bins, head_weight, fused=True)
@@ -406,32 +472,60 @@ class DreamerAgent:
             loss_critic, loss_slow = critic_losses_on_rows(
                 value_logits[:, :-1], per_head(returns), slow_rows,
                 per_head(weight[:-1]) * row_weight[:, None, :], self.wm.bins, returns.numel())
-        if split:  # the uncertainty heads: bootstrapped, on the first steps only
-            steps, extra = d.uncertainty_head_steps, slice(1, None)
-            with torch.no_grad():
-                slow_extra = self.slow_critic.values(feat[:steps], extra)  # [K-1, steps, N]
-            extra_weight = bootstrap_head_mask(heads - 1, n, d.value_bootstrap, self.generator, feat.device)
-            ce, reg = critic_losses(self.critic(feat[:steps], extra), returns[:steps], slow_extra, weight[:steps],
-                                    self.wm.bins, extra_weight, fused=True)
-            loss_critic, loss_slow = loss_critic + ce, loss_slow + reg
 
         metrics = {
-            "entropy_imag": entropy.item(),
-            "return_scale": float(scale),
-            "imag_return_mean": returns.mean().item(),
-            "imag_reward_mean": rewards.mean().item(),
-            "value_mean": values.mean().item(),
-            "advantage_abs_mean": advantage.abs().mean().item(),
-            "imag_weight_mean": weight.mean().item(),
-            "loss_slow_reg": loss_slow.item() / heads,
+            "entropy_imag": entropy,
+            "return_scale": scale,
+            "imag_return_mean": returns.mean(),
+            "imag_reward_mean": rewards.mean(),
+            "value_mean": values.mean(),
+            "advantage_abs_mean": advantage.abs().mean(),
+            "imag_weight_mean": weight.mean(),
+            "loss_slow_reg": loss_slow.detach() / heads,
+            "kl_mix_wm": kl_mix_wm,
+            "prior_loss": loss_prior.detach(),
+            "prior_mask_frac_train": (mask > 0).float().mean(),
         }
-        metrics.update({k: float(v) for k, v in prior_metrics.items()})
-        if self.prior.wants_advice_values():
-            metrics.update(self._score_advice(start, prior_logits, mask, data["llm_source"].reshape(n), scale))
-        internals = {"feat": dense_feat, "actions": actions, "returns": returns, "values": values, "weight": weight}
-        return ({"actor": loss_actor, "prior": loss_prior}, {"critic": loss_critic, "slow_reg": loss_slow},
-                metrics, internals)
+        actor_losses = {"actor": loss_actor, "prior": loss_prior}
+        critic_losses_ = {"critic": loss_critic, "slow_reg": loss_slow}
+        side = {"moments": (low, high), "start": start, "prior_logits": prior_logits, "mask": mask,
+                "codes": data["llm_source"].reshape(n),
+                "internals": {"feat": dense_feat, "actions": actions, "returns": returns, "values": values,
+                              "weight": weight},
+                "actor_total": combine_losses(actor_losses, self.loss_scales),
+                "critic_total": combine_losses(critic_losses_, self.loss_scales)}
+        return actor_losses, critic_losses_, metrics, side
 
+    def _prior_inputs(self, data: dict) -> dict[str, Tensor]:
+        """The prior layer's state the actor-loss term reads, for the imagination starts of ``data``."""
+        b, t = data["action"].shape
+        n = self._imagination_starts(b, t)
+        return self.prior.loss_inputs(data["llm_source"][:, t - n // b:].reshape(n), self.device)
+
+    def _finish_behaviour(self, metrics: dict[str, Tensor], side: dict) -> dict[str, float]:
+        """Host side of :meth:`_behaviour`: the new return moments, the prior layer's bookkeeping and advice
+        scores -> float metrics (one read of every metric)."""
+        self.retnorm.low, self.retnorm.high = (v.clone() for v in side["moments"])  # outlive a graph replay
+        out = read_scalars(metrics)
+        out["lambda_kl"] = self.prior.current_lambda()
+        out["prior_mask_frac_train"] = out.pop("prior_mask_frac_train") if side["mask"].numel() else 0.0
+        self.prior.record_loss(out["prior_loss"])
+        if self.prior.wants_advice_values():
+            out.update(self._score_advice(side["start"], side["prior_logits"], side["mask"], side["codes"],
+                                          out["return_scale"]))
+        return out
+
+    def behaviour_losses(self, post: dict[str, Tensor], data: dict) -> tuple[dict, dict, dict, dict]:
+        """Imagine from every posterior state and build the actor and critic losses (eager).
+
+        Returns (actor losses, critic losses, float metrics, internals); updates the return normaliser.
+        """
+        b, t = data["action"].shape
+        noise = self._update_noise(b, t, observe=False)
+        with self._autocast():
+            actor_l, critic_l, metrics, side = self._behaviour(post, data, noise, self._prior_inputs(data),
+                                                               (self.retnorm.low, self.retnorm.high))
+        return actor_l, critic_l, self._finish_behaviour(metrics, side), side["internals"]
     def _critic_on_own_rows(self, feat, head_weight: Tensor, index: Tensor) -> tuple[Tensor, Tensor]:
         """Each head on its own rows with a graph, on the others without: feat [H+1, N, ...], bootstrap
         weights [K, N], own rows [K, M] -> (own logits [K, H+1, M, bins], every head's values [K, H+1, N]).
@@ -484,22 +578,22 @@ class DreamerAgent:
         """One DreamerV3 update (world model, then actor and critic in imagination) -> flat metrics."""
         d = self.cfg.dreamer
         data = self._prepare_batch(batch)
+        b, t = data["action"].shape
+        noise = self._update_noise(b, t)
         skips_before = self.nonfinite_skips
 
-        with self._autocast():
-            wm_losses, post, wm_metrics = self.wm.loss(data, self.generator)
-        wm_total = combine_losses(wm_losses, self.loss_scales)
-        grad_norm_wm = self._optimise(self.wm_opt, wm_total, list(self.wm.parameters()), d.wm_clip)
+        wm_total, wm_losses, post, wm_metrics = self._wm_losses_fn(data, noise["obs"])
+        (grad_norm_wm,) = self._optimise([(self.wm_opt, wm_total, list(self.wm.parameters()), d.wm_clip)])
 
         with self._autocast():
-            actor_losses, critic_losses_, ac_metrics, _ = self.behaviour_losses(post, data)
-        actor_total = combine_losses(actor_losses, self.loss_scales)
-        critic_total = combine_losses(critic_losses_, self.loss_scales)
-        grad_norm_actor = self._optimise(self.actor_opt, actor_total, list(self.actor.parameters()), d.ac_clip)
-        critic_skips = self.nonfinite_skips
-        grad_norm_critic = self._optimise(self.critic_opt, critic_total, list(self.critic.parameters()), d.ac_clip)
-        if self.nonfinite_skips == critic_skips:  # the critic stepped: move the slow copy
+            actor_losses, critic_losses_, ac_tensors, side = self._behaviour_fn(
+                post, data, noise, self._prior_inputs(data), (self.retnorm.low, self.retnorm.high))
+        grad_norm_actor, grad_norm_critic = self._optimise([
+            (self.actor_opt, side["actor_total"], list(self.actor.parameters()), d.ac_clip),
+            (self.critic_opt, side["critic_total"], list(self.critic.parameters()), d.ac_clip)])
+        if math.isfinite(grad_norm_critic):  # the critic stepped: move the slow copy
             ema_update_(self.slow_critic, self.critic, d.slow_critic_fraction)
+        ac_metrics = self._finish_behaviour(ac_tensors, side)
 
         kl_mix = ac_metrics.get("kl_mix_wm")
         if kl_mix is not None and math.isfinite(kl_mix):
@@ -509,13 +603,11 @@ class DreamerAgent:
             self._scales_checked = True
         self.train_steps += 1
 
+        scalars = {"wm_loss": wm_total, **{f"loss_{k}": v for k, v in wm_losses.items()}, **wm_metrics,
+                   "loss_actor": actor_losses["actor"], "loss_prior": actor_losses["prior"],
+                   "loss_critic": critic_losses_["critic"] / self.critic.net.members}
         metrics = {
-            "wm_loss": wm_total.item(),
-            **{f"loss_{k}": v.item() for k, v in wm_losses.items()},
-            **wm_metrics,
-            "loss_actor": actor_losses["actor"].item(),
-            "loss_prior": actor_losses["prior"].item(),
-            "loss_critic": critic_losses_["critic"].item() / self.critic.net.members,
+            **read_scalars(scalars),
             **ac_metrics,
             "grad_norm_wm": grad_norm_wm,
             "grad_norm_actor": grad_norm_actor,
@@ -523,7 +615,6 @@ class DreamerAgent:
             "nonfinite_skips": float(self.nonfinite_skips),
             "nonfinite_skips_step": float(self.nonfinite_skips - skips_before),
         }
-        metrics["loss_ensemble"] = wm_metrics["loss_ensemble"]  # per member, not the sum
         # The prior layer reports the act-time KL (advised states) as kl_mix_wm; this one is measured on
         # replay states and is what the Lagrangian's dual ascent sees.
         if "kl_mix_wm" in metrics:

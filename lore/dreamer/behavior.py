@@ -14,7 +14,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from lore.dreamer.math import categorical_entropy, symlog, twohot_decode, twohot_log_prob, unimix_logits
-from lore.dreamer.networks import MLP, EnsembleMLP, HeadsOnTrunk
+from lore.dreamer.networks import MLP, EnsembleMLP
 
 Tensor = torch.Tensor
 
@@ -34,12 +34,9 @@ class Actor(nn.Module):
 class Critic(nn.Module):
     """K distributional value heads (255-bin two-hot, zero-initialised outputs)."""
 
-    def __init__(self, feat_dim: int, heads: int, units: int, layers: int, bins: Tensor, trunk: str = "separate"):
+    def __init__(self, feat_dim: int, heads: int, units: int, layers: int, bins: Tensor):
         super().__init__()
-        if trunk not in ("separate", "shared"):
-            raise ValueError(f"critic trunk must be 'separate' or 'shared', got {trunk!r}")
-        net = EnsembleMLP if trunk == "separate" else HeadsOnTrunk
-        self.net = net(heads, feat_dim, units, layers, bins.shape[0], out_scale=0.0)
+        self.net = EnsembleMLP(heads, feat_dim, units, layers, bins.shape[0], out_scale=0.0)
         self.register_buffer("bins", bins.clone(), persistent=False)
 
     def forward(self, feat: Tensor, heads: slice = slice(None)) -> Tensor:  # [..., F] -> logits [k, ..., bins]
@@ -100,8 +97,13 @@ def bootstrap_head_mask(heads: int, n: int, keep: float, generator: torch.Genera
     if keep == 1.0:
         return torch.ones(heads, n, device=device)
     gen_device = generator.device if generator is not None else torch.device(device or "cpu")
-    mask = (torch.rand(heads, n, generator=generator, device=gen_device) < keep).float()
-    return (mask / keep).to(device) if device is not None else mask / keep
+    mask = head_mask_from_uniform(torch.rand(heads, n, generator=generator, device=gen_device), keep)
+    return mask.to(device) if device is not None else mask
+
+
+def head_mask_from_uniform(uniform: Tensor, keep: float) -> Tensor:
+    """:func:`bootstrap_head_mask` from its uniform draws [K, N] in [0, 1) -> weights [K, N] (0 or 1 / keep)."""
+    return (uniform < keep).float() / keep
 
 
 def critic_losses(value_logits: Tensor, returns: Tensor, slow_values: Tensor, weight: Tensor,
@@ -154,7 +156,23 @@ def critic_losses_on_rows(value_logits: Tensor, returns: Tensor, slow_values: Te
     slow_below, slow_above = twohot_position(slow_values.detach(), bins)
     w = (weight.detach() * (h * m / total)).contiguous()
     # float32 under bf16 autocast too: the 255-bin softmax and its scattered gradient need the mantissa
+    if torch.compiler.is_compiling():  # a compiled graph fuses the dense form into vector code without scatters
+        logits = value_logits.float()
+        per_head = lambda x: (x * w).mean((1, 2))  # noqa: E731  [K]: as critic_losses, heads summed
+        return (per_head(twohot_cross_entropy(logits, ret_below, ret_above)).sum(),
+                per_head(twohot_cross_entropy(logits, slow_below, slow_above)).sum())
     return _TwoHotCrossEntropy.apply(value_logits.float(), ret_below, ret_above, slow_below, slow_above, w)
+
+
+def twohot_cross_entropy(logits: Tensor, below: Tensor, above: Tensor) -> Tensor:
+    """−log p of two-hot targets: logits [..., B], bin below [...] and weight of the bin above [...] -> [...].
+
+    Written with comparisons instead of gathers, so that its gradient (softmax − two-hot) is elementwise.
+    """
+    bins = torch.arange(logits.shape[-1], device=logits.device)
+    below, above = below.unsqueeze(-1), above.unsqueeze(-1)
+    target = torch.where(bins == below, 1.0 - above, 0.0) + torch.where(bins == below + 1, above, 0.0)
+    return torch.logsumexp(logits, -1) - (logits * target).sum(-1)
 
 
 def twohot_position(target: Tensor, bins: Tensor) -> tuple[Tensor, Tensor]:

@@ -210,6 +210,16 @@ def percentile_return_scale(returns: Tensor, low: float = 5.0, high: float = 95.
     return torch.clamp(hi - lo, min=1.0)
 
 
+def ema_percentiles(low: Tensor, high: Tensor, returns: Tensor, decay: float, low_pct: float,
+                    high_pct: float) -> tuple[Tensor, Tensor]:
+    """One EMA step of the return percentiles (0-dim ``low``, ``high``) with ``returns`` [...]; the moments are
+    kept unchanged when any return is not finite. Reads nothing back to the host."""
+    lo, hi = percentile_range(returns, low_pct, high_pct)
+    finite = torch.isfinite(returns).all()
+    return (torch.where(finite, decay * low + (1.0 - decay) * lo, low),
+            torch.where(finite, decay * high + (1.0 - decay) * hi, high))
+
+
 class ReturnNormalizer:
     """EMA of the 5th/95th return percentiles; scale = max(1, P95 − P5) (DreamerV3 2023).
 
@@ -228,9 +238,8 @@ class ReturnNormalizer:
         self.high = torch.zeros((), device=device)
 
     def update(self, returns: Tensor) -> None:
-        lo, hi = percentile_range(returns, self.low_pct, self.high_pct)
-        self.low = self.decay * self.low + (1.0 - self.decay) * lo
-        self.high = self.decay * self.high + (1.0 - self.decay) * hi
+        """One EMA step with a batch of returns; a batch with a non-finite return leaves the moments as they are."""
+        self.low, self.high = ema_percentiles(self.low, self.high, returns, self.decay, self.low_pct, self.high_pct)
 
     def scale(self) -> Tensor:
         return torch.clamp(self.high - self.low, min=1.0)

@@ -387,28 +387,6 @@ class EnsembleNorm(nn.Module):
         return F.layer_norm(x, x.shape[-1:], eps=LN_EPS) * self.weight[members] + self.bias[members]
 
 
-class HeadsOnTrunk(nn.Module):
-    """K output layers on one shared MLP trunk: [N, in] -> [K, N, out] (the interface of :class:`EnsembleMLP`).
-
-    The heads differ only in their last layer (initialisation and, in the critic, bootstrap sample), so
-    an update costs about one MLP plus K output layers instead of K MLPs.
-    """
-
-    def __init__(self, members: int, in_dim: int, units: int, layers: int, out_dim: int, out_scale: float = 1.0):
-        super().__init__()
-        if members < 1:
-            raise ValueError(f"heads need >= 1 member, got {members}")
-        self.members = members
-        self.trunk = MLP(in_dim, units, layers)
-        self.out = EnsembleLinear(members, units, out_dim, scale=out_scale)
-
-    def forward(self, x: Tensor | OneHotFeatures, members: slice = slice(None)) -> Tensor:
-        lead, k = x.shape[:-1], len(range(self.members)[members])
-        h = self.trunk(x).reshape(1, -1, self.trunk.out_dim)  # [1, N, U]
-        out = self.out(h.expand(k, -1, -1), members)  # [k, N, out]
-        return out.reshape(k, *lead, out.shape[-1])
-
-
 class EnsembleMLP(nn.Module):
     """K MLPs with the same shape and separate weights: [N, in] -> [K, N, out]."""
 

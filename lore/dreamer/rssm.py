@@ -69,9 +69,11 @@ class RSSM(nn.Module):
     def prior_logits(self, deter: Tensor) -> Tensor:  # [..., D] -> [..., S, C]
         return self._latent_logits(self.img_out(deter))
 
-    def sample(self, logits: Tensor, generator: torch.Generator | None) -> Tensor:
-        """Straight-through one-hot sample [..., S, C] from unimixed logits."""
-        noise = gumbel_noise(logits.shape, generator, logits.device, logits.dtype)
+    def sample(self, logits: Tensor, generator: torch.Generator | None, noise: Tensor | None = None) -> Tensor:
+        """Straight-through one-hot sample [..., S, C] from unimixed logits (Gumbel ``noise`` [..., S, C],
+        drawn from ``generator`` when not given)."""
+        if noise is None:
+            noise = gumbel_noise(logits.shape, generator, logits.device, logits.dtype)
         return straight_through(sample_one_hot(logits.detach(), noise), logits.exp())
 
     @staticmethod
@@ -88,7 +90,7 @@ class RSSM(nn.Module):
 
     def _reset(self, state: State, prev_action: Tensor, is_first: Tensor) -> tuple[State, Tensor]:
         """Replace state and action by the initial state / zeros where ``is_first`` [N]."""
-        if not bool(is_first.any()):
+        if not torch.compiler.is_compiling() and not bool(is_first.any()):
             return state, prev_action
         keep = (~is_first.bool()).to(prev_action.dtype)
         init = self.initial_state(is_first.shape[0])
@@ -101,14 +103,14 @@ class RSSM(nn.Module):
     # ------------------------------------------------------------------ steps
 
     def img_step(self, state: State, action: Tensor, generator: torch.Generator | None = None,
-                 sample: bool = True) -> tuple[State, Tensor]:
+                 sample: bool = True, noise: Tensor | None = None) -> tuple[State, Tensor]:
         """Prior step: (state_t, one-hot action_t [N, A]) -> (state_{t+1}, prior logits [N, S, C])."""
         stoch = state["stoch"].reshape(state["stoch"].shape[0], -1)
         x = self.img_in(torch.cat([stoch, action], -1))
         deter = self.gru(x, state["deter"])
         logits = self.prior_logits(deter)
         if sample:
-            stoch = self.sample(logits, generator)
+            stoch = self.sample(logits, generator, noise)
         else:
             stoch = nn.functional.one_hot(logits.argmax(-1), self.classes).to(logits.dtype)
         return {"deter": deter, "stoch": stoch}, logits
@@ -118,7 +120,8 @@ class RSSM(nn.Module):
         return self._latent_logits(self.obs_stats(h))
 
     def obs_step(self, state: State, prev_action: Tensor, embed: Tensor, is_first: Tensor,
-                 generator: torch.Generator | None = None, sample: bool = True) -> tuple[State, Tensor, Tensor]:
+                 generator: torch.Generator | None = None, sample: bool = True,
+                 noise: Tensor | None = None) -> tuple[State, Tensor, Tensor]:
         """Posterior step with obs t -> (post state, post logits [N, S, C], prior logits [N, S, C]).
 
         ``prev_action`` [N, A] is the action taken before obs t; where ``is_first`` [N] the state
@@ -129,14 +132,16 @@ class RSSM(nn.Module):
         deter = self.gru(self.img_in(torch.cat([stoch, prev_action], -1)), state["deter"])
         post_logits = self._posterior(deter, self.obs_embed(embed))
         if sample:
-            post = self.sample(post_logits, generator)
+            post = self.sample(post_logits, generator, noise)
         else:
             post = nn.functional.one_hot(post_logits.argmax(-1), self.classes).to(post_logits.dtype)
         return {"deter": deter, "stoch": post}, post_logits, self.prior_logits(deter)
 
     def observe(self, embed: Tensor, prev_actions: Tensor, is_first: Tensor,
-                start: State | None = None, generator: torch.Generator | None = None) -> dict[str, Tensor]:
-        """Filter a sequence: embed [B, T, E], prev_actions [B, T, A], is_first [B, T] ->
+                start: State | None = None, generator: torch.Generator | None = None,
+                noise: Tensor | None = None) -> dict[str, Tensor]:
+        """Filter a sequence: embed [B, T, E], prev_actions [B, T, A], is_first [B, T] (Gumbel ``noise``
+        [B, T, S, C], drawn from ``generator`` when not given) ->
         ``deter`` [B, T, D], ``stoch`` [B, T, S, C], ``post_logits``, ``prior_logits`` [B, T, S, C].
 
         The prior logits depend on ``deter`` only, so they are computed for all steps at once
@@ -148,7 +153,8 @@ class RSSM(nn.Module):
                              f"and is_first {tuple(is_first.shape)} must share [B, T]")
         state = start if start is not None else self.initial_state(b)
         embed_part = self.obs_embed(embed)  # [B, T, U], batched
-        noise = gumbel_noise((b, t, self.stoch_dim, self.classes), generator, embed.device, embed.dtype)
+        if noise is None:
+            noise = gumbel_noise((b, t, self.stoch_dim, self.classes), generator, embed.device, embed.dtype)
         init = self.initial_state(b)
         deters, stochs, posts = [], [], []
         for i in range(t):
@@ -156,7 +162,7 @@ class RSSM(nn.Module):
             keep = (~first).to(embed.dtype)[:, None]
             action = prev_actions[:, i] * keep
             deter, stoch = state["deter"], state["stoch"]
-            if bool(first.any()):
+            if torch.compiler.is_compiling() or bool(first.any()):  # the blend is exact where keep = 1
                 deter = deter * keep + init["deter"] * (1.0 - keep)
                 stoch = stoch * keep[..., None] + init["stoch"] * (1.0 - keep[..., None])
             x = self.img_in(torch.cat([stoch.reshape(b, -1), action], -1))
@@ -176,8 +182,9 @@ class RSSM(nn.Module):
         }
 
     def imagine(self, start: State, policy: Callable[[Tensor, int], Tensor], horizon: int,
-                generator: torch.Generator | None = None) -> dict[str, Tensor]:
-        """Roll the prior forward ``horizon`` steps from start states [N, ...].
+                generator: torch.Generator | None = None, noise: Tensor | None = None) -> dict[str, Tensor]:
+        """Roll the prior forward ``horizon`` steps from start states [N, ...] (Gumbel ``noise`` [H, N, S, C]
+        of the latent samples, drawn from ``generator`` step by step when not given).
 
         ``policy(feat [N, F], step) -> one-hot action [N, A]`` picks a_k at s_k. The dynamics run
         without gradient (discrete actions are trained by REINFORCE, and no actor/critic gradient
@@ -189,7 +196,7 @@ class RSSM(nn.Module):
         for k in range(horizon):
             action = policy(feats[-1], k).detach()
             with torch.no_grad():
-                state, _ = self.img_step(state, action, generator)
+                state, _ = self.img_step(state, action, generator, noise=None if noise is None else noise[k])
             feats.append(self.features(state))
             actions.append(action)
         return {"feat": torch.stack(feats), "action": torch.stack(actions)}

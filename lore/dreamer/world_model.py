@@ -117,12 +117,13 @@ class WorldModel(nn.Module):
     def continue_prob(self, feat: Tensor) -> Tensor:
         return torch.sigmoid(self.continue_head(feat).squeeze(-1))
 
-    def loss(self, data: dict[str, Tensor], generator: torch.Generator | None = None
-             ) -> tuple[dict[str, Tensor], dict[str, Tensor], dict[str, float]]:
-        """Unscaled losses (scalars), the posterior sequence and metrics for one [B, T] batch.
+    def loss(self, data: dict[str, Tensor], generator: torch.Generator | None = None, noise: Tensor | None = None
+             ) -> tuple[dict[str, Tensor], dict[str, Tensor], dict[str, Tensor]]:
+        """Unscaled losses (scalars), the posterior sequence and metrics (0-dim tensors) for one [B, T] batch.
 
         ``data``: ``obs`` dict, ``action`` [B, T] int (taken after obs t), ``reward`` [B, T] (received
-        on arriving at obs t), ``is_first``/``is_terminal`` [B, T] bool, ``llm_*`` tensors.
+        on arriving at obs t), ``is_first``/``is_terminal`` [B, T] bool, ``llm_*`` tensors; ``noise`` [B, T, S, C]:
+        the posterior samples' Gumbel noise (drawn from ``generator`` when not given).
         """
         action = F.one_hot(data["action"].long(), self.num_actions).float()  # [B, T, A]
         is_first = data["is_first"].bool()
@@ -132,7 +133,7 @@ class WorldModel(nn.Module):
         reset = is_first.clone()
         reset[:, 0] = True
         embed = self.embed(data["obs"], data.get("llm_features"), data.get("llm_features_mask"))
-        post = self.rssm.observe(embed, prev_actions, reset, generator=generator)
+        post = self.rssm.observe(embed, prev_actions, reset, generator=generator, noise=noise)
         feat = torch.cat([post["deter"], post["stoch"].flatten(-2)], -1)  # [B, T, F]
 
         losses: dict[str, Tensor] = {}
@@ -144,12 +145,13 @@ class WorldModel(nn.Module):
         dyn_loss, rep_loss = free_bits_kl(dyn_kl, rep_kl, self.free_bits)
         losses["dyn"], losses["rep"] = dyn_loss.mean(), rep_loss.mean()
 
+        nan = feat.new_full((), math.nan)
         metrics = {
-            "kl_dyn": dyn_kl.mean().item(),
-            "kl_rep": rep_kl.mean().item(),
-            "loss_ensemble": math.nan,
-            "u_disagreement_train": math.nan,
-            "post_entropy": -(post["post_logits"].exp() * post["post_logits"]).sum(-1).mean().item(),
+            "kl_dyn": dyn_kl.detach().mean(),
+            "kl_rep": rep_kl.detach().mean(),
+            "loss_ensemble": nan,
+            "u_disagreement_train": nan,
+            "post_entropy": -(post["post_logits"].detach().exp() * post["post_logits"].detach()).sum(-1).mean(),
         }
         losses["ensemble"] = feat.new_zeros(())
         if self.train_ensemble:
@@ -160,8 +162,8 @@ class WorldModel(nn.Module):
             valid = (~is_first[:, 1:]).float()
             per_member = (ce * valid).sum((1, 2)) / valid.sum().clamp(min=1.0)  # [K]
             losses["ensemble"] = per_member.sum()  # each member trained as if alone
-            metrics["loss_ensemble"] = per_member.mean().item()
-            metrics["u_disagreement_train"] = disagreement(pred.detach()).mean().item()
+            metrics["loss_ensemble"] = per_member.detach().mean()
+            metrics["u_disagreement_train"] = disagreement(pred.detach()).mean()
         if self.prior_net is not None:
             flat = feat.detach().reshape(-1, feat.shape[-1])
             losses["prior_net"] = masked_prior_kl(

@@ -31,6 +31,22 @@ def categorical_kl(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tens
     return (p_log.exp() * (p_log - q_log)).sum(-1)
 
 
+def absorption_loss(logits: torch.Tensor, prior: torch.Tensor, mask: torch.Tensor, beta: torch.Tensor,
+                    weight: torch.Tensor, lambda_kl: torch.Tensor, temperature: torch.Tensor,
+                    delta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``lambda * masked_mean(w * relu(KL(sg(pi_mix) || pi_wm) - delta))`` and the trust-weighted KL it constrains.
+
+    logits [N, A] (with grad), prior [N, A] (zero where mask is 0), mask, beta, weight [N]; lambda_kl and
+    temperature 0-dim. The KL returned is ``delta + masked_mean(w * (KL - delta))``, NaN where no row is absorbed.
+    """
+    target = (logits + (prior.detach().to(logits.dtype) / temperature) * beta.detach()[:, None]).detach()
+    kl = categorical_kl(target, logits)
+    loss = lambda_kl * masked_mean(torch.relu(kl - delta) * weight, mask)
+    absorbed = ((mask > 0) & (weight > 0)).any()
+    kl_weighted = delta + masked_mean(weight * (kl.detach() - delta), mask)
+    return loss, torch.where(absorbed, kl_weighted, torch.full_like(kl_weighted, float("nan")))
+
+
 def project_beta_to_kl(logits_wm: torch.Tensor, tilt: torch.Tensor, beta: torch.Tensor, bound: float,
                        iterations: int = 30) -> torch.Tensor:
     """Largest ``beta' <= beta [B]`` with ``KL(softmax(l_wm + beta' tilt) || softmax l_wm) <= bound`` -> ``[B]``.

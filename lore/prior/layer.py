@@ -33,7 +33,13 @@ import torch
 
 from lore.config import PriorConfig
 from lore.prior.gate import UNCERTAINTY_KEYS, EMANormalizer, beta_dropout_keep, uncertainty_parts
-from lore.prior.kl_control import categorical_kl, dual_ascent, masked_mean, project_beta_to_kl
+from lore.prior.kl_control import (
+    absorption_loss,
+    categorical_kl,
+    dual_ascent,
+    masked_mean,
+    project_beta_to_kl,
+)
 from lore.prior.mixing import categorical_entropy, mix_logits
 from lore.prior.temperature import fit_temperature
 from lore.prior.trust import AdviceTrust, act_scale, advice_value_z, replicated_best_action
@@ -340,35 +346,49 @@ class PriorLayer:
             source = torch.zeros(logits_wm.shape[:-1], device=logits_wm.device)
         logits, mask, beta, source = self._flatten(logits_wm, mask=mask, beta=beta, source=source)
         prior = self._checked_prior(prior_logits.reshape(-1, self.num_actions), mask, logits)
-        if not self.cfg.enabled:
-            beta = torch.zeros_like(beta)
-        if self.cfg.enabled and self.cfg.kl_mode == "lagrangian":
-            # pi_mix is the target (stop-gradient): with a gradient through both sides the actor can also
-            # shrink the KL by turning deterministic (a peaked pi_wm barely moves under a finite tilt).
-            # With sg(pi_mix) the gradient is lambda * (pi_wm - pi_mix): it moves pi_wm towards the tilt.
-            weight = self.absorb_weight(source, logits.shape[0], logits.device)
-            target = mix_logits(logits, prior, beta.to(logits.dtype), self.temperature).detach()
-            kl = categorical_kl(target, logits)
-            absorbed = (mask > 0) & (weight > 0)
-            loss = self.lambda_kl * masked_mean(torch.relu(kl - self.cfg.kl_delta) * weight, mask)
-            # The constraint is on the trust-weighted KL, E[w (KL - delta)] <= 0: the dual variable does not
-            # grow on advice that is not being absorbed (w = 0 gives KL = delta, no dual step).
-            kl_mix_wm = (self.cfg.kl_delta + masked_mean(weight * (kl.detach() - self.cfg.kl_delta), mask)
-                         if bool(absorbed.any()) else torch.tensor(math.nan))
-        else:
-            with torch.no_grad():
-                logits_mix = mix_logits(logits, prior, beta.to(logits.dtype), self.temperature)
-                kl_mix_wm = masked_mean(categorical_kl(logits_mix, logits), mask)
-            loss = logits.sum() * 0.0
+        loss, kl_mix_wm = self.absorption(logits, prior, mask, beta, self.loss_inputs(source, logits.device))
         metrics = {
             "kl_mix_wm": kl_mix_wm.item(),
             "prior_loss": loss.detach().item(),
             "lambda_kl": self.current_lambda(),
             "prior_mask_frac_train": (mask > 0).float().mean().item() if mask.numel() else 0.0,
         }
-        self._acc["n_loss"] += 1
-        self._acc["prior_loss"] += metrics["prior_loss"]
+        self.record_loss(metrics["prior_loss"])
         return loss, metrics
+
+    def loss_inputs(self, source: torch.Tensor, device: torch.device) -> dict[str, torch.Tensor]:
+        """The layer's state that :meth:`absorption` reads, as tensors: ``weight`` [N] per advice source code
+        ``source`` [N], ``lambda_kl`` and ``temperature`` 0-dim."""
+        return {"weight": self.absorb_weight(source, source.shape[0], device),
+                "lambda_kl": torch.tensor(self.current_lambda(), device=device),
+                "temperature": torch.tensor(self.temperature, device=device)}
+
+    def absorption(self, logits: torch.Tensor, prior: torch.Tensor, mask: torch.Tensor, beta: torch.Tensor,
+                   inputs: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(actor-loss term, ``kl_mix_wm``) for logits, prior [N, A] and mask, beta [N]; reads no host state.
+
+        ``inputs`` from :meth:`loss_inputs`. Without ``lagrangian`` the term is 0 and ``kl_mix_wm`` the masked
+        mean of ``KL(pi_mix || pi_wm)``.
+        """
+        if self.cfg.enabled and self.cfg.kl_mode == "lagrangian":
+            # pi_mix is the target (stop-gradient): with a gradient through both sides the actor can also
+            # shrink the KL by turning deterministic (a peaked pi_wm barely moves under a finite tilt).
+            # With sg(pi_mix) the gradient is lambda * (pi_wm - pi_mix): it moves pi_wm towards the tilt.
+            # The constraint is on the trust-weighted KL, E[w (KL - delta)] <= 0: the dual variable does not
+            # grow on advice that is not being absorbed (w = 0 gives KL = delta, no dual step).
+            return absorption_loss(logits, prior, mask, beta, inputs["weight"], inputs["lambda_kl"],
+                                   inputs["temperature"], self.cfg.kl_delta)
+        if not self.cfg.enabled:
+            beta = torch.zeros_like(beta)
+        with torch.no_grad():
+            tilt = (prior.to(logits.dtype) / inputs["temperature"]) * beta.to(logits.dtype)[:, None]
+            kl_mix_wm = masked_mean(categorical_kl(logits + tilt, logits), mask)
+        return logits.sum() * 0.0, kl_mix_wm
+
+    def record_loss(self, prior_loss: float) -> None:
+        """Count one actor-loss evaluation in the layer's metrics."""
+        self._acc["n_loss"] += 1
+        self._acc["prior_loss"] += prior_loss
 
     def current_lambda(self) -> float:
         """The KL multiplier in use: the dual variable with ``kl_mode: lagrangian``, else 0."""
