@@ -22,7 +22,7 @@ Two groups: ``main`` (the list written before the ingredient tests) and ``heldou
 (written after them, to estimate how well the tests catch errors they were not tailored to).
 Scores and the surviving (equivalent) mutants are in docs/testing.md.
 
-Usage (run it nice'd on a shared machine; ~8 min for all 201 mutants on one free core):
+Usage (run it nice'd on a shared machine; ~8 min for all 230 mutants on one free core):
 
     nice -n 19 .venv/bin/python benchmarks/mutation_check.py                 # all mutants
     nice -n 19 .venv/bin/python benchmarks/mutation_check.py --only math.kl  # name substring(s)
@@ -51,7 +51,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_TESTS = ("tests/test_dreamer_math.py", "tests/test_dreamer_agent.py", "tests/test_dreamer_ingredients.py",
                  "tests/test_trust_gate.py")
-"""The dreamer tests, and test_trust_gate.py for the critic heads (bootstrap, shared trunk)."""
+"""The dreamer tests, and test_trust_gate.py for the critic heads (bootstrap) and the advice trust."""
 SUPPORT_FILES = ("tests/conftest.py", "pyproject.toml")
 
 FILES = {
@@ -65,6 +65,7 @@ FILES = {
     "presets": "lore/presets.py",
     "trust": "lore/prior/trust.py",
     "layer": "lore/prior/layer.py",
+    "kl_control": "lore/prior/kl_control.py",
 }
 
 
@@ -98,8 +99,9 @@ class StaleMutant(Exception):
     pass
 
 
-def M(name: str, old: str, new: str, occurrence: int = 0, group: str = "main") -> Mutant:
-    return Mutant(name, FILES[name.split(".")[0]], old, new, occurrence, group)
+def M(name: str, old: str, new: str, occurrence: int = 0, group: str = "main", path: str | None = None) -> Mutant:
+    """A mutant of the file its name's prefix names (``path``: another file, where the ingredient moved)."""
+    return Mutant(name, path or FILES[name.split(".")[0]], old, new, occurrence, group)
 
 
 def H(name: str, old: str, new: str, occurrence: int = 0) -> Mutant:
@@ -178,11 +180,11 @@ MUTANTS: list[Mutant] = [
       "q = torch.tensor([0.0, 1.0], device=flat.device)"),
     M("math.percentile_scale_no_floor", "return torch.clamp(hi - lo, min=1.0)", "return hi - lo"),
     M("math.retnorm_decay_flipped",
-      "self.low = self.decay * self.low + (1.0 - self.decay) * lo\n"
-      "        self.high = self.decay * self.high + (1.0 - self.decay) * hi",
-      "self.low = (1.0 - self.decay) * self.low + self.decay * lo\n"
-      "        self.high = (1.0 - self.decay) * self.high + self.decay * hi"),
-    M("math.retnorm_no_floor", "return torch.clamp(self.high - self.low, min=1.0)", "return self.high - self.low"),
+      "return (torch.where(finite, decay * low + (1.0 - decay) * lo, low),\n"
+      "            torch.where(finite, decay * high + (1.0 - decay) * hi, high))",
+      "return (torch.where(finite, (1.0 - decay) * low + decay * lo, low),\n"
+      "            torch.where(finite, (1.0 - decay) * high + decay * hi, high))"),
+    M("math.retnorm_no_floor", "return torch.clamp(high - low, min=1.0)", "return high - low"),
     M("math.retnorm_bias_corrected_init", "self.low = torch.zeros((), device=device)\n"
       "        self.high = torch.zeros((), device=device)",
       "self.low = torch.zeros((), device=device)\n        self.high = torch.full((), 100.0, device=device)"),
@@ -237,14 +239,15 @@ MUTANTS: list[Mutant] = [
       "deter = self.initial_deter.expand(batch_size, -1)"),
     M("rssm.initial_stoch_probs", "stoch = nn.functional.one_hot(logits.argmax(-1), self.classes).to(deter.dtype)",
       "stoch = logits.exp()"),
-    M("rssm.obs_step_is_first_ignored", "if not bool(is_first.any()):\n            return state, prev_action",
+    M("rssm.obs_step_is_first_ignored",
+      "if not torch.compiler.is_compiling() and not bool(is_first.any()):\n            return state, prev_action",
       "if True:\n            return state, prev_action"),
     M("rssm.obs_step_action_not_zeroed", "return state, prev_action * keep[:, None]", "return state, prev_action"),
     M("rssm.obs_step_uses_prior", "post_logits = self._posterior(deter, self.obs_embed(embed))",
       "post_logits = self.prior_logits(deter)"),
     M("rssm.posterior_ignores_deter", "self.obs_norm(self.obs_deter(deter) + embed_part)",
       "self.obs_norm(embed_part)"),
-    M("rssm.observe_is_first_ignored", "if bool(first.any()):", "if False:"),
+    M("rssm.observe_is_first_ignored", "if torch.compiler.is_compiling() or bool(first.any()):", "if False:"),
     M("rssm.observe_action_not_zeroed", "action = prev_actions[:, i] * keep", "action = prev_actions[:, i]"),
     M("rssm.observe_stale_embed", "logits = self._posterior(deter, embed_part[:, i])",
       "logits = self._posterior(deter, embed_part[:, 0])"),
@@ -252,8 +255,8 @@ MUTANTS: list[Mutant] = [
       "sample_one_hot(logits.detach(), 0.0 * noise[:, i])"),
     M("rssm.observe_prior_is_posterior", '"prior_logits": self.prior_logits(deter),',
       '"prior_logits": torch.stack(posts, 1).detach(),'),
-    M("rssm.img_step_mode_not_sample", "if sample:\n            stoch = self.sample(logits, generator)",
-      "if False:\n            stoch = self.sample(logits, generator)"),
+    M("rssm.img_step_mode_not_sample", "if sample:\n            stoch = self.sample(logits, generator, noise)",
+      "if False:\n            stoch = self.sample(logits, generator, noise)"),
     M("rssm.imagine_start_not_detached", "state = {k: v.detach() for k, v in start.items()}",
       "state = dict(start)"),
     M("rssm.imagine_dynamics_with_grad", "with torch.no_grad():\n                state, _ = self.img_step",
@@ -312,8 +315,7 @@ MUTANTS: list[Mutant] = [
       "return loss.mean(), entropy.detach().mean()"),
     M("behavior.reinforce_greedy_logprob", "log_pi = (log_probs * actions).sum(-1)",
       "log_pi = log_probs.max(-1).values"),
-    M("behavior.head_mask_not_rescaled", "return (mask / keep).to(device) if device is not None else mask / keep",
-      "return mask.to(device) if device is not None else mask"),
+    M("behavior.head_mask_not_rescaled", "return (uniform < keep).float() / keep", "return (uniform < keep).float()"),
     M("behavior.slow_reg_targets_returns", "reg = -twohot_log_prob(log_probs, slow_values.detach(), bins)",
       "reg = -twohot_log_prob(log_probs, returns.detach()[None], bins)"),
     M("behavior.critic_unweighted", "return (ce * w).mean((1, 2)).sum(), (reg * w).mean((1, 2)).sum()",
@@ -336,7 +338,9 @@ MUTANTS: list[Mutant] = [
       "values = self.slow_critic.values(feat).mean(0)"),
     M("agent.gamma_lambda_swapped", "lambda_returns(rewards, values, continues, d.gamma, d.lam)",
       "lambda_returns(rewards, values, continues, d.lam, d.gamma)"),
-    M("agent.retnorm_not_updated", "self.retnorm.update(returns)", "pass"),
+    M("agent.retnorm_not_updated",
+      "low, high = ema_percentiles(*moments, returns, d.retnorm_decay, d.retnorm_low, d.retnorm_high)",
+      "low, high = moments"),
     M("agent.advantage_no_baseline", "advantage = (returns - values[:-1]) / scale", "advantage = returns / scale"),
     M("agent.advantage_not_normalised", "advantage = (returns - values[:-1]) / scale",
       "advantage = returns - values[:-1]"),
@@ -352,8 +356,9 @@ MUTANTS: list[Mutant] = [
       "per_head(weight[1:]) * row_weight[:, None, :]"),
     M("agent.slow_critic_full_copy", "ema_update_(self.slow_critic, self.critic, d.slow_critic_fraction)",
       "ema_update_(self.slow_critic, self.critic, 1.0)"),
-    M("agent.slow_critic_never_updated", "if self.nonfinite_skips == critic_skips:", "if False:"),
-    M("agent.imagination_greedy", "return F.one_hot((logits.detach() + noise).argmax(-1), self.num_actions).float()",
+    M("agent.slow_critic_never_updated", "if math.isfinite(grad_norm_critic):", "if False:"),
+    M("agent.imagination_greedy",
+      'return F.one_hot((logits.detach() + noise["actor"][step]).argmax(-1), self.num_actions).float()',
       "return F.one_hot(logits.detach().argmax(-1), self.num_actions).float()"),
     M("agent.wm_lr_from_ac", "lr=d.wm_lr, eps=d.wm_eps", "lr=d.ac_lr, eps=d.wm_eps"),
     M("agent.actor_eps_from_wm", "self.actor.parameters(), lr=d.ac_lr, eps=d.ac_eps",
@@ -438,24 +443,28 @@ HELDOUT: list[Mutant] = [
     H("behavior.weights_cumsum", "return torch.cumprod(gamma * conts, 0) / gamma", "return torch.cumsum(gamma * conts, 0) / gamma"),
     H("behavior.critic_target_is_slow_value", "ce = -twohot_log_prob(log_probs, returns.detach()[None], bins)",
       "ce = -twohot_log_prob(log_probs, slow_values.detach(), bins)"),
-    H("agent.retnorm_on_advantages", "self.retnorm.update(returns)", "self.retnorm.update(returns - values[:-1])"),
+    H("agent.retnorm_on_advantages",
+      "low, high = ema_percentiles(*moments, returns, d.retnorm_decay, d.retnorm_low, d.retnorm_high)",
+      "low, high = ema_percentiles(*moments, returns - values[:-1], d.retnorm_decay, d.retnorm_low, d.retnorm_high)"),
     H("agent.start_terminal_from_is_first", 'first_cont = 1.0 - data["is_terminal"].reshape(n).float()',
       'first_cont = 1.0 - data["is_first"].reshape(n).float()'),
-    H("agent.imag_last_takes_the_first_steps", "post = {k: post[k][:, -imag_last:] for k in",
-      "post = {k: post[k][:, :imag_last] for k in"),
-    H("agent.act_ignores_is_first", "self.wm.rssm.obs_step(rssm_state, state[\"prev_action\"], embed, is_first,",
-      "self.wm.rssm.obs_step(rssm_state, state[\"prev_action\"], embed, torch.zeros_like(is_first),"),
+    H("agent.imag_last_takes_the_first_steps", "post = {k: post[k][:, -last:] for k in",
+      "post = {k: post[k][:, :last] for k in"),
+    H("agent.act_ignores_is_first",
+      'self.wm.rssm.obs_step({"deter": deter, "stoch": stoch}, prev_action, embed, is_first,',
+      'self.wm.rssm.obs_step({"deter": deter, "stoch": stoch}, prev_action, embed, torch.zeros_like(is_first),'),
     H("agent.values_from_last_head", "values = head_values.mean(0)  # [H+1, N]", "values = head_values[-1]"),
-    H("agent.imagination_from_prior_mode", "traj = self.wm.rssm.imagine(start, policy, d.horizon, self.generator)",
+    H("agent.imagination_from_prior_mode", 'traj = self.wm.rssm.imagine(start, policy, d.horizon, noise=noise["stoch"])',
       "traj = self.wm.rssm.imagine({**start, \"stoch\": start[\"stoch\"].detach() * 0 + "
-      "F.one_hot(start[\"stoch\"].argmax(-1), start[\"stoch\"].shape[-1]).float()}, policy, d.horizon, self.generator)"),
+      "F.one_hot(start[\"stoch\"].argmax(-1), start[\"stoch\"].shape[-1]).float()}, policy, d.horizon, "
+      "noise=noise[\"stoch\"])"),
     H("config.value_bootstrap", "value_bootstrap: float = 0.5", "value_bootstrap: float = 1.0"),
 ]
 
-# Fast paths: the one-hot first layers, the fused critic loss and the shared critic trunk
-# ("uncertainty at almost no extra cost"). Each must give the dense / plain numbers; a mutant that breaks
-# that equality (or a gradient) must fail a test. Run against the dreamer tests plus test_trust_gate.py,
-# which holds the shared-trunk critic's tests (``--tests`` adds files).
+# Fast paths: the one-hot first layers, the fused critic loss and the critic heads on their own rows.
+# Each must give the dense / plain numbers; a mutant that breaks that equality (or a gradient) must fail
+# a test. Run against the dreamer tests plus test_trust_gate.py, which holds the bootstrapped critic
+# heads' tests (``--tests`` adds files).
 FAST: list[Mutant] = [
     M("networks.onehot_no_group_offset",
       "return idx + torch.arange(groups.shape[-2], device=groups.device) * groups.shape[-1]", "return idx",
@@ -477,16 +486,6 @@ FAST: list[Mutant] = [
       "grad.scatter_add_(-1, index, ((1.0 - above) * c).unsqueeze(-1))", group="fast"),
     M("behavior.fused_weights_swapped", "return (1.0 - above) * lo + above * hi", "return above * lo + (1.0 - above) * hi",
       group="fast"),
-    M("networks.shared_trunk_one_head", "out = self.out(h.expand(k, -1, -1), members)  # [k, N, out]",
-      "out = self.out(h.expand(k, -1, -1), members)[:1].expand(k, -1, -1)  # [k, N, out]",
-      group="fast"),
-    # the uncertainty heads on the first imagination steps (dreamer.uncertainty_head_steps > 0)
-    M("agent.uncertainty_heads_bootstrap_the_returns", "return slice(0, 1) if self._heads_split() else slice(None)",
-      "return slice(None)", group="fast"),
-    M("agent.uncertainty_heads_on_every_step", "steps, extra = d.uncertainty_head_steps, slice(1, None)",
-      "steps, extra = d.horizon, slice(1, None)", group="fast"),
-    M("agent.uncertainty_heads_include_head_zero", "steps, extra = d.uncertainty_head_steps, slice(1, None)",
-      "steps, extra = d.uncertainty_head_steps, slice(0, None)", group="fast"),
     M("networks.member_slice_first_layer_rows",
       "k, rows = len(picked), slice(picked.start * self.units, picked.stop * self.units)",
       "k, rows = len(picked), slice(0, len(picked) * self.units)", group="fast"),
@@ -550,11 +549,13 @@ PRIOR: list[Mutant] = [
       "table = torch.tensor([0.5] + [self.value(n) for n in ADVICE_SOURCES]", group="prior"),
     M("layer.absorb_uninformed_advice", "return (2.0 * self._trust_per_row(source, rows, device) - 1.0).clamp(0.0, 1.0)",
       "return (2.0 * self._trust_per_row(source, rows, device)).clamp(0.0, 1.0)", group="prior"),
+    # PriorLayer.absorption's loss is kl_control.absorption_loss
     M("layer.absorption_target_not_detached",
-      "target = mix_logits(logits, prior, beta.to(logits.dtype), self.temperature).detach()",
-      "target = mix_logits(logits, prior, beta.to(logits.dtype), self.temperature)", group="prior"),
-    M("layer.absorb_weight_ignored", "loss = self.lambda_kl * masked_mean(torch.relu(kl - self.cfg.kl_delta) * weight, mask)",
-      "loss = self.lambda_kl * masked_mean(torch.relu(kl - self.cfg.kl_delta), mask)", group="prior"),
+      "target = (logits + (prior.detach().to(logits.dtype) / temperature) * beta.detach()[:, None]).detach()",
+      "target = (logits + (prior.detach().to(logits.dtype) / temperature) * beta.detach()[:, None])", group="prior",
+      path=FILES["kl_control"]),
+    M("layer.absorb_weight_ignored", "loss = lambda_kl * masked_mean(torch.relu(kl - delta) * weight, mask)",
+      "loss = lambda_kl * masked_mean(torch.relu(kl - delta), mask)", group="prior", path=FILES["kl_control"]),
     M("layer.trust_scale_ignored", "beta = beta * self.trust_scale(source, batch, device)", "beta = beta * 1.0",
       group="prior"),
     M("layer.gate_reads_value_spread", "return parts[0], parts", "return parts[1], parts", group="prior"),

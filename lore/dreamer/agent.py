@@ -39,6 +39,7 @@ from lore.dreamer.math import (
     ema_percentiles,
     gumbel_noise,
     lambda_returns,
+    return_scale,
     twohot_decode,
 )
 from lore.dreamer.networks import MLP, CNNDecoder, CNNEncoder, EnsembleMLP, compile_in_place
@@ -125,9 +126,12 @@ class DreamerAgent:
         if unscaled:
             raise KeyError(f"losses {unscaled} have no entry in LOSS_SCALES")
 
-        self.wm_opt = torch.optim.Adam(self.wm.parameters(), lr=d.wm_lr, eps=d.wm_eps)
-        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=d.ac_lr, eps=d.ac_eps)
-        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=d.ac_lr, eps=d.ac_eps)
+        # the compiled update steps with fused Adam (one kernel for all parameters; the same maths up to
+        # rounding); eager keeps torch's default, so that its runs stay bit-identical to the recorded ones
+        adam = {"fused": True} if cfg.train.compile == "update" else {}
+        self.wm_opt = torch.optim.Adam(self.wm.parameters(), lr=d.wm_lr, eps=d.wm_eps, **adam)
+        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=d.ac_lr, eps=d.ac_eps, **adam)
+        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=d.ac_lr, eps=d.ac_eps, **adam)
 
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(int(cfg.seed))
@@ -137,10 +141,9 @@ class DreamerAgent:
         self.wm.train_ensemble = self.reads_disagreement
         self.autocast_dtype = torch.bfloat16 if cfg.train.precision == "bfloat16" else None
         mode = cfg.train.compile
-        # the compiled update reads no data-dependent shape or value: dense features, every head on every row
-        self._graph = mode == "update"
-        # bootstrapped heads with separate weights (EnsembleMLP) can each run on their own rows
-        self._critic_on_rows = d.value_bootstrap < 1.0 and not self._graph
+        # bootstrapped heads with separate weights (EnsembleMLP) can each run on their own rows; the compiled
+        # update reads no data-dependent shape, so there every head runs on every row (0-weighted where not its own)
+        self._critic_on_rows = d.value_bootstrap < 1.0 and mode != "update"
         self.compiled: list[str] = []
         self._wm_losses_fn, self._behaviour_fn, self._act_fn = self._world_model_losses, self._behaviour, self._act_core
         if mode == "networks":
@@ -416,8 +419,7 @@ class DreamerAgent:
                                 "llm_source")}}
         start = {"deter": post["deter"].reshape(n, -1).detach(),
                  "stoch": post["stoch"].reshape(n, *post["stoch"].shape[2:]).detach()}
-        # imagined stoch is one-hot: eager first layers add selected rows; the compiled update stays dense
-        view = (lambda x: x) if self._graph else self.wm.one_hot
+        view = self.wm.one_hot  # imagined stoch is one-hot: first layers add the selected rows
         actor_logits: list[Tensor] = []
 
         def policy(feat: Tensor, step: int) -> Tensor:
@@ -453,7 +455,7 @@ class DreamerAgent:
             values = head_values.mean(0)  # [H+1, N]
             returns = lambda_returns(rewards, values, continues, d.gamma, d.lam)  # [H, N]
             low, high = ema_percentiles(*moments, returns, d.retnorm_decay, d.retnorm_low, d.retnorm_high)
-            scale = torch.clamp(high - low, min=1.0)
+            scale = return_scale(low, high)
             advantage = (returns - values[:-1]) / scale  # [H, N]
 
         prior_logits = data["llm_prior_logits"].reshape(n, -1)

@@ -220,6 +220,11 @@ def ema_percentiles(low: Tensor, high: Tensor, returns: Tensor, decay: float, lo
             torch.where(finite, decay * high + (1.0 - decay) * hi, high))
 
 
+def return_scale(low: Tensor, high: Tensor) -> Tensor:
+    """max(1, high − low): the divisor of the advantages (returns are shrunk, never amplified)."""
+    return torch.clamp(high - low, min=1.0)
+
+
 class ReturnNormalizer:
     """EMA of the 5th/95th return percentiles; scale = max(1, P95 − P5) (DreamerV3 2023).
 
@@ -242,7 +247,7 @@ class ReturnNormalizer:
         self.low, self.high = ema_percentiles(self.low, self.high, returns, self.decay, self.low_pct, self.high_pct)
 
     def scale(self) -> Tensor:
-        return torch.clamp(self.high - self.low, min=1.0)
+        return return_scale(self.low, self.high)
 
     def state_dict(self) -> dict:
         return {"low": self.low.clone(), "high": self.high.clone()}

@@ -139,6 +139,15 @@ def one_hot_features(feat: Tensor, dense_dim: int, classes: int) -> OneHotFeatur
     return OneHotFeatures(feat[..., :dense_dim], hot, width)
 
 
+def sampled_one_hot_features(feat: Tensor, dense_dim: int, classes: int) -> OneHotFeatures:
+    """[..., D + S*C] features whose stoch block is S one-hot samples (imagined latents, detached posteriors)
+    -> :class:`OneHotFeatures` read by argmax, without the check of :func:`one_hot_features` (no host read)."""
+    width = feat.shape[-1] - dense_dim
+    groups = feat[..., dense_dim:].reshape(*feat.shape[:-1], width // classes, classes)
+    hot = groups.argmax(-1) + torch.arange(width // classes, device=feat.device) * classes
+    return OneHotFeatures(feat[..., :dense_dim], hot, width)
+
+
 class _SelectedRowSum(torch.autograd.Function):
     """out[n] = Σ_g table[hot[n, g]]: a multi-hot matrix times ``table``, without the zeros.
 
@@ -175,6 +184,10 @@ def project(x: Tensor | OneHotFeatures, weight: Tensor) -> Tensor:
     if weight.shape[1] != d + x.width:
         raise ValueError(f"layer expects {weight.shape[1]} inputs, features have {d} + {x.width}")
     lead = x.hot.shape[:-1]
+    if torch.compiler.is_compiling():  # fixed-size bags: the compiled graph calls the library kernel (no bincount)
+        table = weight[:, d:].t().contiguous()  # [R, O]
+        selected = F.embedding_bag(x.hot.reshape(-1, x.hot.shape[-1]), table, mode="sum")
+        return F.linear(x.dense, weight[:, :d]) + selected.reshape(*lead, weight.shape[0])
     selected = _SelectedRowSum.apply(weight[:, d:].t().contiguous(), x.hot.reshape(-1, x.hot.shape[-1]))
     return F.linear(x.dense, weight[:, :d]) + selected.reshape(*lead, weight.shape[0])
 

@@ -19,6 +19,7 @@ from lore.dreamer.networks import (
     ObsEncoder,
     OneHotFeatures,
     one_hot_features,
+    sampled_one_hot_features,
 )
 from lore.dreamer.rssm import RSSM
 
@@ -93,6 +94,8 @@ class WorldModel(nn.Module):
     def one_hot(self, feat: Tensor) -> OneHotFeatures | Tensor:
         """Latent features [..., F] as deter + hot stoch columns when the stoch part is an exact one-hot
         sample without gradient (imagined or detached posterior states); else unchanged."""
+        if torch.compiler.is_compiling():  # in a compiled graph the features are known to be such samples
+            return sampled_one_hot_features(feat.detach(), self.rssm.deter_dim, self.rssm.classes)
         return one_hot_features(feat, self.rssm.deter_dim, self.rssm.classes)
 
     def predict_next_latent(self, feat: Tensor | OneHotFeatures, action: Tensor) -> Tensor:
