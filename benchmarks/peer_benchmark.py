@@ -9,15 +9,21 @@ sheeprl under a constraints file that pins that torch: nothing may pull a multi-
 a dry run checks that before the real install. No torchvision: sheeprl does not need it.
 
 The agents (``AGENTS``) are built in their own processes, each pinned to one torch thread: LoRe
-as the ``full`` ablation configures it by default ("full"), its variant "shared"
-(``LORE_AGENTS``), LoRe with 1 critic head and 1 ensemble member ("core") and sheeprl's ``dreamer_v3``
-("peer"), at XS (deter 256, units 256, 1 layer) and S
+as the ``full`` ablation configures it by default ("full"), the same agent with its update compiled
+(``train.compile=update``: "compiled"), LoRe with 1 critic head and 1 ensemble member ("core") (these
+three are ``LORE_AGENTS``) and sheeprl's ``dreamer_v3`` ("peer"), at XS (deter 256, units 256, 1 layer) and S
 (deter 512, units 512, 2 layers), both with 32x32 latents, 255 bins, a 147-d vector observation,
 7 actions, batch 16x64 and imagination from all 1,024 posterior states (horizon 15). The parent
 sends "step" to one process at a time, round-robin with the order rotated every round, so load from
 the rest of the machine hits every agent alike; ratios are formed within a round and summarised by
 their median and interquartile range. Wall time is the headline; CPU time
 of the process is printed beside it, since it is far less sensitive to a busy machine.
+
+Every agent runs ``--warmup`` (at least 2) untimed updates before the timed rounds. The compiled agent
+compiles its world-model losses and its imagination with the actor and critic losses on the first one
+(minutes on a CPU, backward included); its warm-up times are reported, the first as the compile time.
+A worker that does not answer within ``--first-step-timeout`` (first update, default 30 minutes) or
+``--step-timeout`` (every later one, default 10 minutes) is stopped and the size fails with that message.
 
 It is a benchmark, not a test: CI never runs it.
 """
@@ -31,6 +37,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -43,17 +50,23 @@ SIZES = {  # both agents: deter, units (dense/hidden), layers, 32 latents x 32 c
     "xs": {"deter": 256, "units": 256, "layers": 1, "lore_preset": "xs", "peer_algo": "dreamer_v3_XS"},
     "s": {"deter": 512, "units": 512, "layers": 2, "lore_preset": "s", "peer_algo": "dreamer_v3_S"},
 }
-AGENTS = ("full", "shared", "core", "peer")
+AGENTS = ("full", "compiled", "core", "peer")
 LORE_AGENTS = AGENTS[:-1]
 """LoRe's variants, each the ``full`` ablation timed against the peer: its defaults (the gate reads the policy
-entropy; the bootstrapped critic heads feed the advice values), the critic heads on one shared trunk (``dreamer.critic_trunk=shared``), and the core (1 head, 1 ensemble member)."""
+entropy; the bootstrapped critic heads feed the advice values), the same with ``train.compile=update`` (the
+world-model losses and the imagination with the actor and critic losses each one compiled graph, backward
+included), and the core (1 head, 1 ensemble member)."""
+LORE_OVERRIDES = {"full": [], "compiled": ["train.compile=update"],
+                  "core": ["model.value_heads=1", "model.ensemble=1"]}
+"""The settings each of ``LORE_AGENTS`` adds to the shared ones of :func:`build_lore`."""
 
 # Every size difference that remains between the agents once the sizes above are matched.
 DIFFERENCES = [
-    "LoRe full trains 3 bootstrapped distributional critic heads (and keep 3 slow copies), each head "
-    "with a graph on its own half of the imagined trajectories and without one on the rest (the returns bootstrap "
-    "from all heads on all states); LoRe shared trains 3 output layers on one critic trunk; sheeprl and LoRe core "
-    "train one critic and one target copy.",
+    "LoRe full and compiled train 3 bootstrapped distributional critic heads (and keep 3 slow copies); sheeprl "
+    "and LoRe core train one critic and one target copy. In LoRe full each head runs with a graph on its own half "
+    "of the imagined trajectories and without one on the rest (the returns bootstrap from all heads on all "
+    "states); LoRe compiled runs the heads dense instead, every head (and its slow copy) on every row, with the "
+    "bootstrap weights as 0/2 masks on the losses, since a compiled graph reads no data-dependent row count.",
     "LoRe holds a disagreement ensemble of one-step latent predictors (its parameters are counted below) but "
     "does not train it; sheeprl has none.",
     "LoRe's `full` ablation fuses LLM-written features late into the encoder (`features.enabled`): its world "
@@ -62,8 +75,9 @@ DIFFERENCES = [
     "sheeprl runs its critic twice on the imagined states (values without gradient inside the imagination, then "
     "the loss with gradient) and its actor twice (sampling, then the loss); LoRe runs each once and keeps the graph.",
     "LoRe's first layers read an imagined latent's one-hot stoch as 32 selected weight rows (same numbers up to "
-    "rounding); sheeprl multiplies the full 1,024-wide one-hot block.",
-    "sheeprl's optimisers are fused Adam (its configs' `fused: True`); LoRe uses torch's default Adam.",
+    "rounding; an embedding bag in the compiled agent); sheeprl multiplies the full 1,024-wide one-hot block.",
+    "sheeprl's optimisers are fused Adam (its configs' `fused: True`), as are LoRe compiled's; LoRe full and core "
+    "use torch's default Adam.",
     "sheeprl computes its reward and continue heads on all H+1 imagined states, LoRe on the H reached states.",
     "Each agent logs its own metrics; sheeprl's aggregator is left out (it only averages scalars).",
 ]
@@ -177,11 +191,7 @@ def build_lore(size: str, agent: str, batch: int, length: int):
                  f"model.deter={spec['deter']}", f"model.units={spec['units']}", f"model.layers={spec['layers']}",
                  f"model.bins={BINS}", f"dreamer.horizon={HORIZON}", "dreamer.imag_last=0", "seed=0",
                  "ablation=full"]
-    if agent == "core":
-        overrides += ["model.value_heads=1", "model.ensemble=1"]
-    elif agent == "shared":
-        overrides += ["dreamer.critic_trunk=shared"]
-    cfg = build_config(overrides=overrides)
+    cfg = build_config(overrides=overrides + LORE_OVERRIDES[agent])
     space = gymnasium.spaces.Dict({"symbolic": gymnasium.spaces.Box(0.0, 1.0, (OBS_DIM,), np.float32)})
     lore = DreamerAgent(space, ACTIONS, cfg)
     data = make_batch(batch, length)
@@ -290,24 +300,42 @@ class Worker:
                "PYTHONWARNINGS": "ignore"}
         spec = json.dumps({"agent": agent, "size": size, "batch": batch, "length": length})
         self.agent = agent
+        self.expired: float | None = None  # the timeout that stopped this worker
         self.proc = subprocess.Popen([str(python), str(Path(__file__).resolve()), "--worker", spec], env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True, cwd=str(REPO))
         self.info = self._read()
 
-    def _read(self) -> dict:
-        line = self.proc.stdout.readline()
-        while line and not line.startswith("{"):  # a library's print on stdout
+    def _expire(self, timeout: float) -> None:
+        self.expired = timeout
+        self.proc.kill()
+
+    def _read(self, timeout: float | None = None) -> dict:
+        """The worker's next JSON line; past ``timeout`` seconds the worker is killed and this raises."""
+        timer = None
+        if timeout is not None:
+            timer = threading.Timer(timeout, self._expire, args=(timeout,))
+            timer.daemon = True
+            timer.start()
+        try:
             line = self.proc.stdout.readline()
+            while line and not line.startswith("{"):  # a library's print on stdout
+                line = self.proc.stdout.readline()
+        finally:
+            if timer is not None:
+                timer.cancel()
         if not line:
             err = self.proc.stderr.read()
+            if self.expired is not None:
+                raise RuntimeError(f"{self.agent} worker gave no answer within {self.expired:.0f} s and was "
+                                   f"stopped:\n{err[-4000:]}")
             raise RuntimeError(f"{self.agent} worker died:\n{err[-4000:]}")
         return json.loads(line)
 
-    def step(self) -> dict:
+    def step(self, timeout: float | None = None) -> dict:
         self.proc.stdin.write("step\n")
         self.proc.stdin.flush()
-        return self._read()
+        return self._read(timeout)
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -330,8 +358,11 @@ def quartiles(values: list[float]) -> tuple[float, float, float]:
     return q1, q2, q3
 
 
-def measure(size: str, peer_python: Path, rounds: int, warmup: int, batch: int, length: int, log) -> dict:
-    """Interleaved rounds of one update per agent; per-round ratios to the peer."""
+def measure(size: str, peer_python: Path, rounds: int, warmup: int, batch: int, length: int, log,
+            first_timeout: float | None = None, step_timeout: float | None = None) -> dict:
+    """``warmup`` untimed rounds (the compiled agent compiles in the first), then ``rounds`` interleaved rounds
+    of one update per agent; per-round ratios to the peer. A worker's first update may take ``first_timeout``
+    seconds, every later one ``step_timeout``."""
     workers = {}
     try:
         for agent in AGENTS:
@@ -339,22 +370,26 @@ def measure(size: str, peer_python: Path, rounds: int, warmup: int, batch: int, 
             workers[agent] = Worker(python, agent, size, batch, length)
             log(f"{size}: {agent} ready, params {workers[agent].info['params']}")
         times = {agent: [] for agent in AGENTS}
+        warm = {agent: [] for agent in AGENTS}
         loads = []
         for r in range(warmup + rounds):
             order = AGENTS[r % len(AGENTS):] + AGENTS[:r % len(AGENTS)]  # rotate: no agent always runs first after a pause
             for agent in order:
-                t = workers[agent].step()
-                if r >= warmup:
-                    times[agent].append(t)
+                t = workers[agent].step(first_timeout if r == 0 else step_timeout)
+                (times if r >= warmup else warm)[agent].append(t)
+            if r < warmup:
+                log(f"{size} warm-up {r + 1}/{warmup}: " + ", ".join(
+                    f"{a} {warm[a][-1]['wall_ms'] / 1000:.1f} s" for a in AGENTS))
+                continue
             loads.append(os.getloadavg()[0])
-            if r >= warmup:
-                log(f"{size} round {r - warmup + 1}/{rounds}: " + ", ".join(
-                    f"{a} {times[a][-1]['wall_ms']:.0f} ms" for a in AGENTS) + f" (load {loads[-1]:.1f})")
+            log(f"{size} round {r - warmup + 1}/{rounds}: " + ", ".join(
+                f"{a} {times[a][-1]['wall_ms']:.0f} ms" for a in AGENTS) + f" (load {loads[-1]:.1f})")
         params = {agent: workers[agent].info["params"] for agent in AGENTS}
     finally:
         for w in workers.values():
             w.close()
-    out = {"size": size, "params": params, "load": quartiles(loads), "rounds": rounds}
+    out = {"size": size, "params": params, "load": quartiles(loads), "rounds": rounds,
+           "warmup_wall_ms": {a: [t["wall_ms"] for t in warm[a]] for a in AGENTS}}
     for clock in ("wall_ms", "cpu_ms"):
         per = {a: [t[clock] for t in times[a]] for a in AGENTS}
         out[clock] = {a: quartiles(per[a]) for a in AGENTS}
@@ -378,12 +413,14 @@ def report(rows: list[dict], meta: dict) -> str:
         f"(horizon {HORIZON}). {meta['cpus']} CPUs; {meta['when']}.",
         "",
         "*full*: LoRe's `full` ablation with its defaults (3 bootstrapped critic heads; the gate reads the "
-        "policy entropy, so the disagreement ensemble is not trained); *shared*: the same "
-        "as full with the critic heads as output layers on one shared trunk (`dreamer.critic_trunk=shared`); "
+        "policy entropy, so the disagreement ensemble is not trained); *compiled*: full with "
+        "`train.compile=update` (the world-model losses and the imagination with the actor and critic losses each "
+        "one `torch.compile` graph, backward included; the critic heads run dense, every head on every row); "
         "*core*: full with 1 critic head and 1 ensemble member; *peer*: sheeprl `dreamer_v3` at the same size. "
         "The replayed batch carries no advice, so no update scores advice. Updates run one at a time, "
         f"interleaved ({', '.join(AGENTS)}, order rotated each round), each agent in its own process; ratios are "
-        "taken within a round: median (interquartile range) over the rounds.",
+        f"taken within a round: median (interquartile range) over the rounds, after {meta.get('warmup', 2)} untimed "
+        "warm-up updates per agent (the compiled agent compiles in the first).",
         "",
         "| size | clock | " + " | ".join(f"{a} ms" for a in AGENTS) + " | "
         + " | ".join(f"{a} / peer" for a in LORE_AGENTS) + " | rounds | load (1 min) |",
@@ -398,7 +435,14 @@ def report(rows: list[dict], meta: dict) -> str:
                          f"{r['rounds']} | {r['load'][1]:.1f} ({r['load'][0]:.1f}-{r['load'][2]:.1f}) |")
     lines += ["", "Wall time is what a run waits for; CPU time (of each agent's process) is much less disturbed "
               "when other work shares the cores, so a ratio that differs between the two clocks says the "
-              "machine was busy.", "", "## Sizes", "",
+              "machine was busy.", "", "Warm-up updates (untimed; the compiled agent's first includes its compile), "
+              "wall seconds:", "",
+              "| size | " + " | ".join(AGENTS) + " |", "|---|" + "---:|" * len(AGENTS)]
+    for r in rows:
+        warm = r.get("warmup_wall_ms", {})
+        cells = [" / ".join(f"{ms / 1000:.1f}" for ms in warm.get(a, [])) or "-" for a in AGENTS]
+        lines.append(f"| {r['size'].upper()} | " + " | ".join(cells) + " |")
+    lines += ["", "## Sizes", "",
               "| size | agent | world model (without ensemble) | ensemble (members) | actor | critic (heads) |",
               "|---|---|---:|---:|---:|---:|"]
     for r in rows:
@@ -412,6 +456,8 @@ def report(rows: list[dict], meta: dict) -> str:
     lines += ["", "Trainable parameters. Sizes matched: deter, units, layers, 32x32 latents, bins, horizon, batch. "
               "The differences that remain:", ""]
     lines += [f"- {d}" for d in DIFFERENCES]
+    for size, why in meta.get("failed", {}).items():
+        lines += ["", f"Size {size.upper()} failed: {why.strip().splitlines()[0]}"]
     return "\n".join(lines) + "\n"
 
 
@@ -429,7 +475,12 @@ def main() -> None:
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--sizes", nargs="+", default=["xs", "s"], choices=sorted(SIZES))
     parser.add_argument("--rounds", type=int, default=7, help="timed interleaved rounds per size")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed rounds first")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed rounds first (at least 2: the compiled "
+                        "agent compiles in the first)")
+    parser.add_argument("--first-step-timeout", type=float, default=1800.0,
+                        help="seconds an agent's first update (the compile) may take before the size fails")
+    parser.add_argument("--step-timeout", type=float, default=600.0,
+                        help="seconds any later update may take before the size fails")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--batch-length", type=int, default=64)
     parser.add_argument("--venv", type=Path, default=Path(tempfile.gettempdir()) / "lore-peer-venv",
@@ -444,6 +495,8 @@ def main() -> None:
     if args.worker:
         worker(args.worker)
         return
+    if args.warmup < 2 or args.rounds < 1:
+        parser.error("--warmup must be >= 2 (the compiled agent compiles in the first update) and --rounds >= 1")
     if args.from_json:
         saved = [json.loads(p.read_text()) for p in args.from_json]
         text = report([r for s in saved for r in s["rows"]], saved[0]["meta"])
@@ -461,16 +514,24 @@ def main() -> None:
         sys.exit(f"peer_benchmark: cannot set up the peer: {exc}")
     import torch
 
-    rows = [measure(size, venv_python(args.venv), args.rounds, args.warmup, args.batch_size, args.batch_length, log)
-            for size in args.sizes]
+    rows, failed = [], {}
+    for size in args.sizes:  # a size that fails is reported; the others still run
+        try:
+            rows.append(measure(size, venv_python(args.venv), args.rounds, args.warmup, args.batch_size,
+                                args.batch_length, log, args.first_step_timeout, args.step_timeout))
+        except RuntimeError as exc:
+            log(f"{size} failed: {exc}")
+            failed[size] = str(exc)
     meta = {"torch": torch.__version__, "sheeprl": version, "batch": args.batch_size, "length": args.batch_length,
-            "cpus": os.cpu_count(), "when": time.strftime("%Y-%m-%d")}
+            "cpus": os.cpu_count(), "when": time.strftime("%Y-%m-%d"), "warmup": args.warmup, "failed": failed}
     text = report(rows, meta)
     print(text)
     if args.out:
         write_atomic(args.out, text)
     if args.json:
         write_atomic(args.json, json.dumps({"meta": meta, "rows": rows}, indent=2))
+    if failed:
+        sys.exit(f"peer_benchmark: failed sizes: {', '.join(failed)}")
 
 
 if __name__ == "__main__":

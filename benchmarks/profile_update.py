@@ -6,8 +6,9 @@ Builds the agents of ``benchmarks/peer_benchmark.py`` (same sizes, batch and obs
 needed), runs ``--warmup`` untimed updates, then profiles ``--updates`` updates of each variant on one
 thread and writes, per variant, the operators with the most self CPU time (``key_averages``), so a
 change to the update can be read variant against variant: ``full`` is the ``full`` ablation's default (each
-critic head a whole MLP on its own rows; no disagreement ensemble trained), ``shared`` the heads on one shared trunk, ``core`` one head and one ensemble
-member.
+critic head a whole MLP on its own rows; no disagreement ensemble trained), ``core`` one head and one ensemble
+member. ``--agents compiled`` adds the ``full`` agent with ``train.compile=update`` (not profiled by default:
+its first warm-up update compiles for minutes, and its table shows the compiled graphs' operators).
 
 It is a benchmark, not a test: CI never runs it.
 """
@@ -46,7 +47,8 @@ def profile_agent(size: str, agent: str, updates: int, warmup: int, batch: int, 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size", default="xs", choices=sorted(SIZES))
-    parser.add_argument("--agents", nargs="+", default=list(LORE_AGENTS), choices=LORE_AGENTS)
+    parser.add_argument("--agents", nargs="+", default=[a for a in LORE_AGENTS if a != "compiled"],
+                        choices=LORE_AGENTS)
     parser.add_argument("--updates", type=int, default=3, help="profiled updates per variant")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=16)
@@ -66,8 +68,8 @@ def main(argv: list[str] | None = None) -> int:
              f"{os.getloadavg()[0]:.1f} at the start; {time.strftime('%Y-%m-%d')}.", "",
              "Variants (the agents of `benchmarks/peer_benchmark.py`): *full* the `full` ablation's default (each "
              "critic head a whole MLP, trained on its own rows; the disagreement ensemble is not trained, since "
-             "the gate does not read it), *shared* the heads on one shared trunk "
-             "(`dreamer.critic_trunk=shared`), *core* one critic head and one ensemble member. Times under the "
+             "the gate does not read it), *core* one critic head and one ensemble member, *compiled* (only when asked "
+             "for) full with `train.compile=update`. Times under the "
              "profiler are longer than without it; compare the variants within this file.", ""]
     for agent in args.agents:
         ms, table = profile_agent(args.size, agent, args.updates, args.warmup, args.batch_size,

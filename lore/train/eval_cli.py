@@ -44,6 +44,7 @@ import numpy as np
 import torch
 
 from lore.config import ConfigError, RunConfig, config_from_saved
+from lore.utils.io import atomic_write
 
 PROTECTED = ("eval.csv", "episodes.csv", "metrics.csv", "config.yaml", "checkpoint.pt", "done",
              "llm_calls.jsonl", "llm_cache.sqlite", "train.log", "tb", "replay_memmap")
@@ -407,17 +408,18 @@ class _FrameWriter:
         path = self.directory / f"episode_{episode:03d}" / f"step_{self.steps[episode]:05d}.png"
         self.steps[episode] += 1
         if self.imageio is not None:
-            self.imageio.imwrite(path, frame)
+            atomic_write(path, lambda tmp: self.imageio.imwrite(tmp, frame, format="png"))
             self.frames[episode].append(frame)
         else:
             from PIL import Image
 
-            Image.fromarray(frame).save(path)
+            atomic_write(path, lambda tmp: Image.fromarray(frame).save(tmp, format="PNG"))
 
     def _finish_episode(self, episode: int) -> None:
         frames = self.frames.pop(episode, [])
         if self.imageio is not None and frames:
-            self.imageio.mimsave(self.directory / f"episode_{episode:03d}.gif", frames, duration=0.1)
+            atomic_write(self.directory / f"episode_{episode:03d}.gif",
+                         lambda tmp: self.imageio.mimsave(tmp, frames, format="gif", duration=0.1))
 
     def close(self) -> None:
         for episode in list(self.frames):
