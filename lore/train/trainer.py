@@ -268,6 +268,7 @@ class Trainer:
         self.metric_table = CsvTable(self.run_dir / "metrics.csv")
         self.env_step = 0
         self.updates = 0
+        self.compile_announced = False
         self.update_credit = 0.0
         self.episodes_done = 0
         self.tracker = EpisodeTracker()
@@ -437,6 +438,10 @@ class Trainer:
     def _update(self) -> None:
         t0 = time.perf_counter()
         batch = self.replay.sample().to(self.device)
+        if not self.compile_announced and self.cfg.train.compile != "off":  # also after a resume: it compiles anew
+            self.compile_announced = True
+            print(f"lore: compiling the update (train.compile: {self.cfg.train.compile}); the first update takes "
+                  f"minutes on a CPU", file=sys.stderr, flush=True)
         metrics = self.agent.train_step(batch)
         self.updates += 1
         for k, v in metrics.items():
