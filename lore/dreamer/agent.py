@@ -21,10 +21,10 @@ import torch.nn.functional as F
 from lore.dreamer.behavior import (
     Actor,
     Critic,
+    bootstrap_head_mask,
     critic_losses,
     critic_losses_on_rows,
     ema_update_,
-    head_mask_from_uniform,
     imagination_weights,
     make_slow_copy,
     own_rows,
@@ -378,7 +378,7 @@ class DreamerAgent:
 
         ``obs`` [B, T, S, C]: the posterior samples' Gumbel noise; per imagination step k the action's
         ``actor[k]`` [N, A], then the latent's ``stoch[k]`` [N, S, C]; ``heads`` [K, N]: the bootstrap
-        uniforms (absent when every head trains on every state).
+        weights of the critic heads (:func:`bootstrap_head_mask`; no draw when every head sees every state).
         """
         d, m, g, dev = self.cfg.dreamer, self.cfg.model, self.generator, self.device
         n = self._imagination_starts(b, t)
@@ -388,8 +388,7 @@ class DreamerAgent:
             actor.append(gumbel_noise((n, self.num_actions), g, dev))
             stoch.append(gumbel_noise((n, m.stoch, m.classes), g, dev))
         noise.update(actor=torch.stack(actor), stoch=torch.stack(stoch))
-        if d.value_bootstrap < 1.0:
-            noise["heads"] = torch.rand(self.critic.net.members, n, generator=g, device=g.device).to(dev)
+        noise["heads"] = bootstrap_head_mask(self.critic.net.members, n, d.value_bootstrap, g, dev)
         return noise
 
     def _world_model_losses(self, data: dict, noise: Tensor) -> tuple[Tensor, dict, dict, dict]:
@@ -440,8 +439,7 @@ class DreamerAgent:
             # [k, H, N]; with the heads on their own rows, the slow copy is read on those rows only
             slow_values = None if self._critic_on_rows else self.slow_critic.values(feat[:-1])
 
-        head_weight = (head_mask_from_uniform(noise["heads"], d.value_bootstrap) if "heads" in noise
-                       else torch.ones(heads, n, device=dense_feat.device))  # [K, N]
+        head_weight = noise["heads"]  # [K, N]
         # bootstrapped separate heads train on their own rows only (same losses at a fraction of the
         # backward); the returns still bootstrap from every head on every state, without a graph
         rows = own_rows(head_weight) if self._critic_on_rows else None

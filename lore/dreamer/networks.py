@@ -184,11 +184,11 @@ def project(x: Tensor | OneHotFeatures, weight: Tensor) -> Tensor:
     if weight.shape[1] != d + x.width:
         raise ValueError(f"layer expects {weight.shape[1]} inputs, features have {d} + {x.width}")
     lead = x.hot.shape[:-1]
+    table, hot = weight[:, d:].t().contiguous(), x.hot.reshape(-1, x.hot.shape[-1])  # [R, O], [N, G]
     if torch.compiler.is_compiling():  # fixed-size bags: the compiled graph calls the library kernel (no bincount)
-        table = weight[:, d:].t().contiguous()  # [R, O]
-        selected = F.embedding_bag(x.hot.reshape(-1, x.hot.shape[-1]), table, mode="sum")
-        return F.linear(x.dense, weight[:, :d]) + selected.reshape(*lead, weight.shape[0])
-    selected = _SelectedRowSum.apply(weight[:, d:].t().contiguous(), x.hot.reshape(-1, x.hot.shape[-1]))
+        selected = F.embedding_bag(hot, table, mode="sum")
+    else:
+        selected = _SelectedRowSum.apply(table, hot)
     return F.linear(x.dense, weight[:, :d]) + selected.reshape(*lead, weight.shape[0])
 
 
