@@ -19,6 +19,8 @@ _FULL = {**_MIX, "prior.gate": "uncertainty", "prior.kl_mode": "lagrangian", "pr
 ABLATIONS: dict[str, dict[str, object]] = {
     # DreamerV3 alone: no LLM is ever called.
     "rl_only": dict(_NO_LLM),
+    # The uniform-random policy: never updates; the floor a learned policy has to clear.
+    "random": {**_NO_LLM, "train.policy": "random"},
     # Mixing at a fixed beta = beta_max; no gate, no KL control.
     "prior_only": {**_MIX, "prior.gate": "fixed", "prior.kl_mode": "none"},
     # Mixing gated by state uncertainty, no KL control.

@@ -107,6 +107,9 @@ class TrainConfig:
     """Autocast dtype of the update's forward passes. ``bfloat16`` runs matmuls and convolutions in bf16
     (softmaxes, norms and the losses stay float32 under autocast); a GPU option: on most CPUs bf16 is
     slower. Acting stays float32 (``benchmarks/bench_precision.py`` times both)."""
+    policy: Literal["dreamer", "random"] = "dreamer"
+    """``random``: the uniform-random baseline (``--ablation random``): it acts at random, never updates, and is
+    evaluated by the same code as an agent."""
     compile: Literal["off", "networks", "update"] = "off"
     """``update``: the world-model losses, the imagination with the actor and critic losses, and the act-time
     policy forward each as one compiled graph (backward included; CUDA graphs on a GPU); ``networks``: each
@@ -477,6 +480,18 @@ def _from_dict(cls: type, data: Any, prefix: str = "") -> Any:
 
 def to_dict(cfg: Any) -> dict:
     return dataclasses.asdict(cfg)
+
+
+def dotted(d: dict, prefix: str = "") -> dict:
+    """A nested mapping -> ``{"section.key": value}`` (as ``--set`` takes them)."""
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(dotted(v, key + "."))
+        else:
+            out[key] = v
+    return out
 
 
 def deep_merge(base: dict, update: dict) -> dict:
@@ -1020,6 +1035,11 @@ def validate_semantics(cfg: RunConfig) -> None:
         raise ConfigError(f"model: ~{params:.2g} parameters (model.deter={m.deter}, units={m.units}, "
                           f"layers={m.layers}, stoch={m.stoch}, classes={m.classes}, cnn_depth={m.cnn_depth}) is "
                           f"more than {MAX_PARAMETERS:.0e}, which does not fit in one GPU's memory")
+    if t.policy == "random":
+        for key in ("llm.backend", *ADVISED_SETTINGS):
+            if _get(cfg, key) not in ("none", False):
+                raise ConfigError(f"{key}: {show(_get(cfg, key))} has no effect with train.policy=random (the "
+                                  f"uniform-random baseline asks no LLM); use --ablation random")
     _check_base_url(cfg.llm.base_url)
     _check_env_name(env.name)
     check_crafter_settings(cfg)

@@ -143,13 +143,35 @@ def test_crafter_score_of_eval_and_of_the_tables_is_one_function():
     assert np.isnan(crafter_score([]))
 
 
+def test_the_random_arm_trains_nothing_and_writes_the_random_policys_evaluations(tmp_path):
+    from lore.train.random_policy import evaluate_random_policy
+
+    run = tmp_path / "run"
+    args = ["train", "--run-dir", str(run), "--config", str(CPU_CONFIG), "--ablation", "random", "--no-progress",
+            *[a for o in TINY for a in ("--set", o)]]
+    assert cli.main(args) == 0
+    cfg = build_config(load_yaml(CPU_CONFIG), TINY, "random")
+    evals = pd.read_csv(run / "eval.csv")
+    assert list(evals["env_step"]) == [0, 20, 40]
+    for index, row in evals.iterrows():  # the trainer's evaluation k is evaluate_random_policy's eval_index k
+        expected = evaluate_random_policy(cfg, eval_index=index)
+        assert row["crafter_score"] == pytest.approx(expected["crafter_score"])
+        assert row["return_mean"] == pytest.approx(expected["return_mean"])
+    assert pd.read_csv(run / "metrics.csv")["updates"].max() == 0
+    assert (run / "done").is_file() and len(pd.read_csv(run / "episodes.csv")) >= 1
+    # `lore eval` of the run evaluates the random policy it ran, and reproduces its last row
+    out = run / "again.csv"
+    assert cli.main(["eval", "--run-dir", str(run), "--out", str(out)]) == 0
+    assert pd.read_csv(out)["crafter_score"].iloc[0] == pytest.approx(evals["crafter_score"].iloc[-1])
 
 
+@pytest.mark.parametrize("override, key", [("llm.backend=scripted", "llm.backend"),
+                                            ("features.enabled=true", "features.enabled")])
+def test_a_random_policy_with_advice_switched_on_is_refused(override, key):
+    from lore.config import ConfigError
 
-
-
-
-
+    with pytest.raises(ConfigError, match=key):
+        build_config(load_yaml(CPU_CONFIG), [*TINY, override], "random")
 
 
 

@@ -71,6 +71,25 @@ def test_run_key_ignores_the_seed_and_cache_paths_but_not_a_setting(tmp_path):
     assert key().startswith("full-") and len(key()) == len("full-") + 10
 
 
+def test_a_base_with_a_run_config_file_runs_with_that_files_settings(tmp_path):
+    from lore.config import build_config, load_yaml, to_dict
+
+    root = _workdir(tmp_path, {"crafter_exp": _decl(base="config/crafter.yaml", grid={"envs": ["crafter"], "seeds": [0, 1]},
+                                                   arms={"rl_only": {}, "random": {}}, compare=[],
+                                                   decision={"rule": "adopt", "require": [
+                                                       {"arm": "rl_only", "vs": "random", "metric": "auc",
+                                                        "test": "above"}]})})
+    runs = ex.plan(ex.load_declaration("crafter_exp", root), root)
+    file_cfg = load_yaml(root / "config" / "crafter_cpu.yaml")
+    for run in runs:
+        overrides = dict(run.overrides)
+        cfg = build_config(None, [f"{k}={json.dumps(v)}" for k, v in overrides.items()], run.ablation)
+        expected = build_config(file_cfg, [], run.ablation)  # what `lore train --config crafter_cpu.yaml` runs
+        assert to_dict(cfg) == to_dict(expected)
+        assert (cfg.train.steps, cfg.train.batch_length) == (file_cfg["train"]["steps"], file_cfg["train"]["batch_length"])
+    assert {run.key.split("-")[0] for run in runs} == {"rl_only", "random"}
+
+
 def test_a_run_is_found_by_its_identity_wherever_it_finished_and_shared_with_another_experiment(tmp_path):
     root = _workdir(tmp_path, {"exp_a": _decl(),
                                "exp_b": _decl(baseline="exp_a",

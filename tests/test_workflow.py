@@ -153,7 +153,7 @@ def test_paper_grid_dry_run_plans_every_training_job(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     counts = job_counts(proc.stdout + proc.stderr)
     n_runs = len(config["envs"]) * len(config["ablations"]) * len(config["seeds"])
-    assert n_runs == 132
+    assert n_runs == 144
     assert counts == {"train": n_runs, "aggregate": 1, "figures": 1, "paper_macros": 1, "paper": 1, "all": 1,
                       "total": n_runs + 5}
     assert elapsed < 60, f"dry run took {elapsed:.1f} s"

@@ -281,8 +281,12 @@ def run_overrides(decl: Declaration, arm: Arm, env: str, root: Path, base: dict 
     """Dotted overrides of one (arm, env): the base config's run settings <- the budget <- the arm's settings
     (``base``: the base workflow config, when the caller has read it already)."""
     from lore.analysis.grid import run_overrides as workflow_overrides
+    from lore.config import dotted, load_yaml
 
-    overrides = workflow_overrides(base if base is not None else _base_config(decl.base, root), env, arm.ablation)
+    base = base if base is not None else _base_config(decl.base, root)
+    # the base's run_config file first, as `lore train --config` would read it
+    overrides = dotted(load_yaml(root / base["run_config"])) if base.get("run_config") else {}
+    overrides.update(workflow_overrides(base, env, arm.ablation))
     if decl.steps is not None:
         overrides["train.steps"] = int(decl.steps)
     overrides.update(arm.settings)

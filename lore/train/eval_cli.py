@@ -117,6 +117,10 @@ def run_eval(opts: EvalOptions) -> dict:
     except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as e:
         what = str(e) if isinstance(e, CheckpointError) else f"{e.__class__.__name__}: {str(e)[:300]}"
         raise CheckpointError(f"checkpoint {ckpt_path} does not fit {cfg_path}: {what}") from e
+    if cfg.train.policy == "random":  # the random baseline's run: evaluate the policy it ran, not its idle network
+        from lore.train.random_policy import UniformRandomPolicy
+
+        agent = UniformRandomPolicy(int(env.action_space.n), seed)
     ecfg = dataclasses.replace(cfg, seed=seed, eval=dataclasses.replace(cfg.eval, episodes=episodes))
     rows = (payload.get("tables") or {}).get("eval") or []
     at_step = [i for i, r in enumerate(rows) if r.get("env_step") == env_step]
@@ -344,8 +348,10 @@ class _Usage:
         self.actions: Counter[int] = Counter()  # what the evaluated policy did (action id -> env steps)
 
     def on_act(self, out) -> None:
-        beta = float(out.beta.float().mean().item())
         self.steps += 1
+        if not hasattr(out, "beta"):  # a reference policy (the random baseline) has no prior
+            return
+        beta = float(out.beta.float().mean().item())
         self.applied += float(beta > 0)
         self.beta += beta
         self.changed += float(out.action_changed.float().mean().item())

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lore.config import ConfigError, RunConfig, config_from_saved, save_config, to_dict
+from lore.config import ConfigError, RunConfig, config_from_saved, dotted, save_config, to_dict
 from lore.prior.trust import is_failure
 from lore.train.checkpoint import (
     CheckpointError,
@@ -40,6 +40,7 @@ from lore.train.checkpoint import (
     set_rng_state,
     state_mismatch,
 )
+from lore.train.random_policy import UniformRandomPolicy
 from lore.train.records import CsvTable, TensorBoard
 from lore.train.replay import SequenceReplay, empty_row_spec
 from lore.train.status import eta_seconds, format_duration, log_points, training_rate
@@ -170,7 +171,7 @@ def check_same_config(saved: RunConfig, wanted: RunConfig, path: Path) -> None:
 
 def config_difference(a: dict, b: dict) -> str:
     """The keys in which two config dicts differ, as ``key: a -> b`` (the first five), or ``""``."""
-    a, b = _flatten(a), _flatten(b)
+    a, b = dotted(a), dotted(b)
     diff = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
     shown = ", ".join(f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in diff[:5])
     return shown + (" ..." if len(diff) > 5 else "")
@@ -191,17 +192,6 @@ def checkpoint_mismatch(payload: dict, cfg: RunConfig) -> str:
         return f"the config it records is invalid ({e})"
     diff = config_difference(to_dict(recorded), to_dict(cfg))
     return f"it was written with another config ({diff})" if diff else ""
-
-
-def _flatten(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out.update(_flatten(v, key + "."))
-        else:
-            out[key] = v
-    return out
 
 
 def replay_capacity(cfg: RunConfig) -> int:
@@ -251,6 +241,9 @@ class Trainer:
         self.num_actions = int(self.envs.action_space.n)
         obs_space = self.envs.single_observation_space
         self.agent = DreamerAgent(obs_space, self.num_actions, cfg, self.device)
+        self.random_policy = cfg.train.policy == "random"
+        # what acts in evaluations: the agent, or the uniform-random baseline
+        self.eval_policy = UniformRandomPolicy(self.num_actions, cfg.seed) if self.random_policy else self.agent
 
         obs_shapes = {k: tuple(s.shape) for k, s in obs_space.spaces.items()}
         obs_dtypes = {k: (torch.uint8 if s.dtype == np.uint8 else torch.float32) for k, s in obs_space.spaces.items()}
@@ -327,7 +320,7 @@ class Trainer:
                 self._evaluate()
                 continue
             self._collect_step()
-            if self.env_step >= cfg.train.prefill and self.replay.ready():
+            if not self.random_policy and self.env_step >= cfg.train.prefill and self.replay.ready():
                 self.update_credit += updates_per_step * self.num_envs
                 while self.update_credit >= 1.0:
                     self.update_credit -= 1.0
@@ -364,7 +357,7 @@ class Trainer:
 
     def _collect_step(self) -> None:
         cfg = self.cfg
-        prefill = self.env_step < cfg.train.prefill
+        prefill = self.random_policy or self.env_step < cfg.train.prefill  # both act at random
         llm_in = self.bridge.inputs(self.env_step)
         obs_t = {k: torch.as_tensor(v, device=self.device) for k, v in self.obs.items()}
         first_t = torch.as_tensor(self.is_first, device=self.device)
@@ -453,7 +446,7 @@ class Trainer:
     def _evaluate(self) -> None:
         from lore.train.evaluate import evaluate_policy
 
-        result = evaluate_policy(self.agent, self.eval_envs, self.cfg, self.device, eval_index=len(self.eval_table.rows),
+        result = evaluate_policy(self.eval_policy, self.eval_envs, self.cfg, self.device, eval_index=len(self.eval_table.rows),
                                  llm_inputs=self.bridge.eval_inputs,
                                  should_stop=lambda: self._stop_signal is not None)
         if result is None:  # preempted mid-evaluation: the checkpoint comes next, the eval is redone on resume
