@@ -105,9 +105,9 @@ def test_the_crafter_workflow_plans_the_grid_and_the_achievements_figure(tmp_pat
     assert proc.returncode == 0, out[-3000:]
     root = "results/crafter"  # a config other than the main one writes under results/<its name>
     assert f"{root}/figures/crafter_achievements.png" in out and f"{root}/tables/achievements.csv" in out
-    assert out.count("--config config/crafter_cpu.yaml") == 9
+    assert out.count("--config config/crafter_cpu.yaml") == 12
     counts = job_counts(out)
-    assert counts["train"] == 9 and counts["figures"] == 1 and "paper" not in counts  # paper: false
+    assert counts["train"] == 12 and counts["figures"] == 1 and "paper" not in counts  # paper: false
 
 
 # --------------------------------------------------------------------------- the random-policy baseline

@@ -854,6 +854,7 @@ def setup_macros(tables: Tables, settings: AnalysisSettings, env: str | None) ->
 
 
 ARM_TEXT = {
+    "random": "is the uniform-random policy (it never learns): the floor every arm has to clear",
     "rl_only": "is DreamerV3 alone (no LLM is asked)",
     "prior_only": "mixes the prior at a fixed $\\beta$ without any control",
     "gate": "adds the uncertainty gate (no KL control)",
