@@ -40,6 +40,8 @@ def test_prefill_intervals_never_enter_the_rate():
     assert eta_seconds(4000, 10_000, training_rate(trained)) == pytest.approx(600.0)
     # the run's cumulative average (what a naive ETA would use) is about twice as fast
     assert 4000 / 202.0 > 1.9 * training_rate(trained)
+    # a run that never updates (the random policy): every interval is its speed
+    assert training_rate(prefill, trains=False) == pytest.approx(1000.0)
 
 
 def test_rate_follows_recent_intervals_and_skips_broken_ones():

@@ -37,16 +37,17 @@ MAIN_WORKFLOW_CONFIG = "config/config.yaml"
 # ---------------------------------------------------------------- the rate and the time left
 
 
-def training_rate(points: Sequence[tuple[int, float, int]], alpha: float = RATE_ALPHA) -> float:
+def training_rate(points: Sequence[tuple[int, float, int]], alpha: float = RATE_ALPHA, trains: bool = True) -> float:
     """Env steps per second, exponentially weighted over the log intervals that start with updates under way.
 
     ``points`` are ``(env_step, wall_s, updates)`` at successive log steps. An interval whose first point has
     no update yet (prefill: random actions, no training, many times faster) never enters the rate, so the
-    rate is NaN until one whole interval of training has been measured.
+    rate is NaN until one whole interval of training has been measured. ``trains=False`` (a run that never
+    updates: the random policy) counts every interval.
     """
     rate = math.nan
     for (s0, t0, u0), (s1, t1, _) in itertools.pairwise(points):
-        if u0 <= 0 or s1 <= s0 or t1 <= t0:
+        if (trains and u0 <= 0) or s1 <= s0 or t1 <= t0:
             continue
         current = (s1 - s0) / (t1 - t0)
         rate = current if math.isnan(rate) else alpha * current + (1 - alpha) * rate
@@ -203,6 +204,12 @@ def _total_steps(cfg: dict) -> int | None:
     return int(steps) if math.isfinite(steps) and steps > 0 else None
 
 
+def _trains(cfg: dict) -> bool:
+    """Whether a run's saved config updates a policy (the random baseline does not)."""
+    train = cfg.get("train")
+    return not (isinstance(train, dict) and train.get("policy") == "random")
+
+
 def run_status(run_dir: Path, root: Path) -> RunStatus:
     """The state, progress, speed, latest eval SR and time left of one run directory."""
     cfg, cfg_problem = read_run_config(run_dir)
@@ -212,7 +219,7 @@ def run_status(run_dir: Path, root: Path) -> RunStatus:
     steps = [int(_number(r["env_step"])) for r in metrics + evals]
     status = RunStatus(path=str(run_dir), env=env, arm=arm, seed=seed, total=_total_steps(cfg),
                        step=max(steps) if steps else None,
-                       steps_per_s=training_rate(log_points(metrics)),
+                       steps_per_s=training_rate(log_points(metrics), trains=_trains(cfg)),
                        eval_sr=_number(evals[-1].get("success_rate")) if evals else math.nan)
     notes = [p for p in (cfg_problem, metrics_problem, eval_problem) if p]
     if (run_dir / "done").exists():
