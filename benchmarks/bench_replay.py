@@ -21,14 +21,12 @@ from _timing import time_calls_ms
 from bench_compile import spaces
 
 from lore.dreamer.agent import DreamerAgent
-from lore.train.replay import SequenceReplay, empty_row_spec
+from lore.train.replay import SequenceReplay, space_row_spec
 
 
 def filled_replay(space, actions: int, n_features: int, rows: int, b: int, t: int) -> SequenceReplay:
     """A replay of ``rows`` zero rows (one env) that samples ``[b, t]`` batches."""
-    shapes = {k: tuple(s.shape) for k, s in space.spaces.items()}
-    dtypes = {k: (torch.uint8 if s.dtype == np.uint8 else torch.float32) for k, s in space.spaces.items()}
-    spec = empty_row_spec(shapes, dtypes, actions, n_features)
+    spec = space_row_spec(space, actions, n_features)
     replay = SequenceReplay(spec, 1, rows, b, t)
     row = {k: np.zeros(shape, dtype=np.uint8 if dtype == torch.uint8 else np.float32)
            for k, (shape, dtype) in spec.items()}

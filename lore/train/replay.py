@@ -44,6 +44,14 @@ def empty_row_spec(obs_shapes: dict[str, tuple], obs_dtypes: dict[str, torch.dty
     return spec
 
 
+def space_row_spec(obs_space, num_actions: int, n_features: int) -> dict[str, tuple[tuple, torch.dtype]]:
+    """:func:`empty_row_spec` of a gymnasium Dict observation space (uint8 observations stay uint8)."""
+    spaces = obs_space.spaces
+    return empty_row_spec({k: tuple(s.shape) for k, s in spaces.items()},
+                          {k: (torch.uint8 if s.dtype == np.uint8 else torch.float32) for k, s in spaces.items()},
+                          num_actions, n_features)
+
+
 class SequenceReplay:
     """Replay of fixed-length sequences ``[batch_size, batch_length]`` from per-env streams."""
 

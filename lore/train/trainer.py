@@ -42,7 +42,7 @@ from lore.train.checkpoint import (
 )
 from lore.train.random_policy import UniformRandomPolicy
 from lore.train.records import CsvTable, TensorBoard
-from lore.train.replay import SequenceReplay, empty_row_spec
+from lore.train.replay import SequenceReplay, space_row_spec
 from lore.train.status import eta_seconds, format_duration, log_points, training_rate
 from lore.utils.io import atomic_write_text, expand_run_dir, remove_stale_temporaries
 
@@ -245,9 +245,7 @@ class Trainer:
         # what acts in evaluations: the agent, or the uniform-random baseline
         self.eval_policy = UniformRandomPolicy(self.num_actions, cfg.seed) if self.random_policy else self.agent
 
-        obs_shapes = {k: tuple(s.shape) for k, s in obs_space.spaces.items()}
-        obs_dtypes = {k: (torch.uint8 if s.dtype == np.uint8 else torch.float32) for k, s in obs_space.spaces.items()}
-        spec = empty_row_spec(obs_shapes, obs_dtypes, self.num_actions, cfg.features.n_features)
+        spec = space_row_spec(obs_space, self.num_actions, cfg.features.n_features)
         memmap_dir = str(self.run_dir / "replay_memmap") if cfg.train.replay_memmap else None
         self.replay = SequenceReplay(spec, self.num_envs, replay_capacity(cfg), cfg.train.batch_size,
                                      cfg.train.batch_length, memmap_dir=memmap_dir)
