@@ -45,6 +45,7 @@ from lore.train.records import CsvTable, TensorBoard
 from lore.train.replay import SequenceReplay, space_row_spec
 from lore.train.status import eta_seconds, format_duration, log_points, training_rate
 from lore.utils.io import atomic_write_text, expand_run_dir, remove_stale_temporaries
+from lore.utils.provenance import code_version, run_provenance
 
 CHECKPOINT = "checkpoint.pt"
 DONE = "done"
@@ -271,7 +272,10 @@ class Trainer:
         self.train_metrics: dict[str, list[float]] = {}
         self.act_metrics: dict[str, list[float]] = {}
         self.wall_time = 0.0
+        self.cpu_time = 0.0
         self.update_time = 0.0
+        # the code version of every process that trained this run (one entry per commit, in order)
+        self.code_versions: list[dict] = []
         self._stop_signal: int | None = None
         self.obs = None
         self.is_first = None
@@ -289,6 +293,9 @@ class Trainer:
         else:
             save_config(self.cfg, self.run_dir / "config.yaml")
             self._start_episodes()
+        version = code_version()
+        if not self.code_versions or self.code_versions[-1] != version:
+            self.code_versions.append(version)
         self.tb = TensorBoard(self.run_dir / "tb", self.cfg.train.tensorboard,
                               purge_step=self.env_step if resumed else None)
         old_handlers = self._install_signal_handlers()
@@ -308,6 +315,7 @@ class Trainer:
         cfg = self.cfg
         updates_per_step = cfg.train.train_ratio / (cfg.train.batch_size * cfg.train.batch_length)
         t_last = time.perf_counter()
+        cpu_last = time.process_time()
         if self.env_step == 0 and self.next_eval == 0:
             self._evaluate()
         while self.env_step < cfg.train.steps:
@@ -328,6 +336,9 @@ class Trainer:
             now = time.perf_counter()
             self.wall_time += now - t_last
             t_last = now
+            cpu_now = time.process_time()
+            self.cpu_time += cpu_now - cpu_last
+            cpu_last = cpu_now
             if self.env_step >= self.next_log:
                 self._log()
             if self.env_step >= self.next_checkpoint:
@@ -512,6 +523,8 @@ class Trainer:
             "next_checkpoint": self.next_checkpoint,
             "latest_eval_sr": self.latest_eval_sr,
             "wall_time": self.wall_time,
+            "cpu_time": self.cpu_time,
+            "code_versions": self.code_versions,
             "update_time": self.update_time,
             "train_metrics": self.train_metrics,
             "act_metrics": self.act_metrics,
@@ -562,6 +575,8 @@ class Trainer:
         self.next_checkpoint = payload["next_checkpoint"]
         self.latest_eval_sr = payload["latest_eval_sr"]
         self.wall_time = payload["wall_time"]
+        self.cpu_time = payload.get("cpu_time", 0.0)
+        self.code_versions = list(payload.get("code_versions", []))
         self.update_time = payload["update_time"]
         self.train_metrics = payload["train_metrics"]
         self.act_metrics = payload["act_metrics"]
@@ -600,9 +615,11 @@ class Trainer:
             "updates": self.updates,
             "episodes": self.episodes_done,
             "wall_s": round(self.wall_time, 2),
+            "cpu_s": round(self.cpu_time, 2),
             "final_success_rate": last["success_rate"],
             "final_return_mean": last["return_mean"],
             **{k: v for k, v in self.bridge.metrics().items() if k.startswith("llm_calls")},
+            "provenance": {**run_provenance(torch.get_num_threads()), "code_versions": self.code_versions},
         }
         atomic_write_text(self.run_dir / DONE, json.dumps(summary, indent=2) + "\n")
         return summary
