@@ -74,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--finished-line", metavar="PATH",
                    help="also append one line (env, arm, seed, final eval SR, wall time) to PATH when the run is "
                         "complete, e.g. /dev/fd/3 (the workflow's console)")
+    t.add_argument("--archive", metavar="DIR", help="copy the finished run into the run archive DIR (e.g. runs)")
     c = sub.add_parser("config", help="print the fully resolved config as YAML")
     _add_config_args(c)
     sub.add_parser("list", help="list ablations and model presets")
@@ -93,6 +94,16 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("root", nargs="?", help="runs root, or a results root holding runs/ (default: results/runs)")
     st.add_argument("--config", help="workflow config: also list its runs that have no directory yet")
     st.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    a = sub.add_parser("archive", help="copy finished runs into the run archive (tracked in git); --check checks it")
+    a.add_argument("roots", nargs="*", default=["results"], help="folders holding finished runs (default: results)")
+    a.add_argument("--to", default="runs", help="the archive (default: runs)")
+    a.add_argument("--check", action="store_true", help="only check every archive entry and print its size")
+    r = sub.add_parser("reproduce", help="re-run a sample of archived runs here and compare their eval.csv exactly")
+    r.add_argument("--archive", default="runs", help="the archive (default: runs)")
+    r.add_argument("--sample", type=int, default=2, help="how many runs, one per ablation first (default: 2)")
+    r.add_argument("--seed", type=int, default=0, help="seed of the random draw (default: 0)")
+    r.add_argument("--match", help="only entries whose <env>/<key> contains this text")
+    r.add_argument("--keep", metavar="DIR", help="keep the new runs under DIR (default: deleted)")
     for name in ANALYSIS_COMMANDS:
         sub.add_parser(name, help=f"analysis command (see `lore {name} --help`)", add_help=False)
     return parser
@@ -121,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "eval":
             return _eval(args)
+        if args.command in ("archive", "reproduce"):
+            return _archive(args)
         if args.command == "status":
             from lore.train.status import status_command
 
@@ -167,11 +180,58 @@ def _train(cfg, args) -> int:
         from lore.train.status import write_finished_line
 
         write_finished_line(args.run_dir, args.finished_line)
+    if args.archive:
+        from lore.analysis.archive import ArchiveError, archive_run
+
+        try:
+            entry, _ = archive_run(args.run_dir, args.archive)
+        except ArchiveError as e:
+            return fail(e)
+        print(f"lore: archived {args.run_dir} as {entry}", file=sys.stderr)
     if summary.get("already_done"):
         print(f"lore: {args.run_dir} is already complete (env_step {summary.get('env_step')}); nothing to do")
     else:
         print(json.dumps(summary))
     return 0
+
+
+def _archive(args) -> int:
+    from pathlib import Path
+
+    from lore.analysis import archive as ar
+
+    try:
+        if args.command == "reproduce":
+            if args.sample < 1:
+                return fail(f"--sample {args.sample}: must be at least 1")
+            from lore.analysis.reproduce import reproduce_sample
+
+            results = reproduce_sample(Path(args.archive), args.sample, args.seed, args.match,
+                                       Path(args.keep) if args.keep else None)
+            same = sum(r.identical for r in results)
+            print(f"lore: {same} of {len(results)} archived runs reproduced exactly at this commit")
+            return 0 if same == len(results) else 1
+        if args.check:
+            entries = ar.index_archive(Path(args.to))
+            print(ar.size_line(Path(args.to), list(entries.values())))
+            return 0
+        refused = 0
+        counts = {True: 0, False: 0}
+        for root in args.roots:
+            if not Path(root).is_dir():
+                return fail(f"{root}: no such folder of runs")
+            for run_dir in ar.finished_run_dirs(Path(root)):
+                try:
+                    _, new = ar.archive_run(run_dir, Path(args.to))
+                except ar.ArchiveError as e:
+                    refused += 1
+                    print(f"lore: not archived: {one_line(e)}", file=sys.stderr)
+                    continue
+                counts[new] += 1
+        print(f"lore: {counts[True]} run(s) archived in {args.to}, {counts[False]} already there, {refused} refused")
+        return 2 if refused else 0
+    except ar.ArchiveError as e:
+        return fail(e)
 
 
 def _eval(args) -> int:

@@ -14,7 +14,6 @@ baseline or another experiment is trained once and found wherever it finished (:
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import os
@@ -22,6 +21,16 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from lore.analysis.archive import (
+    ARCHIVE_ROOT,
+    ArchiveError,
+    commit_counts,
+    finished_run_dirs,
+    index_archive,
+    run_key,
+    saved_identity,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 EXPERIMENTS_DIR = Path("config/experiments")
@@ -36,8 +45,6 @@ LOG = Path("docs/experiments.md")
 BENCHMARK = "benchmark"
 """The baseline name that means the grid of ``config/benchmark.yaml``."""
 BENCHMARK_CONFIG = Path("config/benchmark.yaml")
-IDENTITY_EXCLUDED = ("seed", "llm.cache_path", "llm.shared_cache")
-"""Resolved-config keys that do not make a run different: the seed is part of the run's path, caches are paths."""
 METRICS = {"auc": "AUC", "final_sr": "final SR", "crafter_score": "Crafter score",
            "distinct": "distinct achievements"}
 """Per-run metrics an experiment can be judged on -> their label."""
@@ -303,24 +310,6 @@ def resolved_config(decl: Declaration, arm: Arm, env: str, root: Path):
     return _resolve(run_overrides(decl, arm, env, root), arm.ablation)
 
 
-def identity(config: dict) -> dict:
-    """A resolved config (``to_dict``) without the keys that do not make a run different."""
-    out = json.loads(json.dumps(config))
-    for dotted in IDENTITY_EXCLUDED:
-        node = out
-        *parents, last = dotted.split(".")
-        for part in parents:
-            node = node.get(part, {})
-        node.pop(last, None)
-    return out
-
-
-def run_key(ablation: str, config: dict) -> str:
-    """``<ablation>-<10 hex digits of the identity's hash>``: the run's folder name, the same wherever it runs."""
-    text = json.dumps(identity(config), sort_keys=True, separators=(",", ":"))
-    return f"{ablation}-{hashlib.sha256(text.encode()).hexdigest()[:10]}"
-
-
 def _plan_arm(decl: Declaration, arm: Arm, envs, seeds, root: Path, label: str | None = None) -> list[PlannedRun]:
     from lore.config import to_dict
 
@@ -400,35 +389,32 @@ def plan(decl: Declaration, root: Path = Path(".")) -> list[PlannedRun]:
 
 
 def index_runs(results_root: Path) -> dict[tuple[str, int], Path]:
-    """``(run key, seed) -> run dir`` of every finished run (``done`` and ``config.yaml``) under ``results_root``.
-
-    Walks without following symlinks and does not descend into a run directory.
-    """
-    from lore.config import ConfigError, config_from_saved, to_dict
-
+    """``(run key, seed) -> run dir`` of every finished run (``done`` and ``config.yaml``) under ``results_root``
+    (walked without following links; a run of an older, incompatible config is not reusable and left out)."""
     found: dict[tuple[str, int], Path] = {}
     if not results_root.is_dir():
         return found
-    for folder, subfolders, files in os.walk(results_root):
-        if "config.yaml" in files:
-            subfolders.clear()
-            if "done" not in files:
-                continue
-            try:
-                cfg = config_from_saved(Path(folder) / "config.yaml")
-            except (ConfigError, OSError):
-                continue  # a run of an older, incompatible config: not reusable
-            key = (run_key(cfg.ablation, to_dict(cfg)), int(cfg.seed))
-            found.setdefault(key, Path(folder))
-        subfolders.sort()
+    for folder in finished_run_dirs(results_root):
+        try:
+            _, key, seed = saved_identity(folder)
+        except ArchiveError:
+            continue
+        found.setdefault((key, seed), folder)
     return found
 
 
-def run_dirs(decl: Declaration, root: Path = Path("."), results_root: Path | None = None) -> list[tuple[PlannedRun, Path]]:
+def run_dirs(decl: Declaration, root: Path = Path("."), results_root: Path | None = None,
+             archive_root: Path | None = None) -> list[tuple[PlannedRun, Path]]:
     """Each planned run with its folder: a finished run of the same identity anywhere under ``results_root``
-    (default ``results``), else the experiment's own ``results/experiments/runs/<env>/<key>/seed<k>``."""
+    (default ``results``), else its entry in the archive (default ``runs``), else the experiment's own
+    ``results/experiments/runs/<env>/<key>/seed<k>`` (to be trained)."""
     index = index_runs(results_root if results_root is not None else root / "results")
-    return [(run, index.get((run.key, run.seed), run.default_dir(root))) for run in plan(decl, root)]
+    try:
+        archived = index_archive(archive_root if archive_root is not None else root / ARCHIVE_ROOT)
+    except ArchiveError as e:
+        raise ExperimentError(f"run archive: {e}") from None
+    return [(run, index.get((run.key, run.seed)) or archived.get((run.key, run.seed)) or run.default_dir(root))
+            for run in plan(decl, root)]
 
 
 def train_args(run: PlannedRun, run_dir: Path | str) -> list[str]:
@@ -451,6 +437,16 @@ def selected(value: object, root: Path = Path(".")) -> list[str]:
             raise ExperimentError(f"experiment {name!r}: no file {declaration_path(name, root)} "
                                   f"(declared: {', '.join(declared_names(root)) or 'none'})")
     return names
+
+
+def experiment_cost(name: str, root: Path = Path("."), cores: int = 1):
+    """(run states in launch order, cost summary) of a declared experiment (lore.analysis.launch)."""
+    from lore.analysis.launch import cost_summary, measured_times, run_states
+
+    decl = load_declaration(name, root)
+    states = run_states(decl, run_dirs(decl, root), root)
+    finished = list(index_archive(root / ARCHIVE_ROOT).values()) + list(index_runs(root / "results").values())
+    return states, cost_summary(decl, states, measured_times(finished), cores)
 
 
 # --------------------------------------------------------------------------- metrics and comparison
@@ -596,9 +592,10 @@ def _fmt(x: float, signed: bool = False) -> str:
     return f"{x:+.3f}" if signed else f"{x:.3f}"
 
 
-def comparison_markdown(decl: Declaration, table, decided: dict) -> str:
+def comparison_markdown(decl: Declaration, table, decided: dict, run_commits: dict[str, int]) -> str:
     lines = [f"# {decl.name}", "", decl.question, "",
              f"Verdict: **{decided['verdict']}** ({decided['reason']}).", "",
+             f"Code: {commits_text(run_commits)}.", "",
              "Paired by seed: mean of per-seed differences (arm − vs) with its 95% bootstrap CI; P(arm > vs) over "
              "runs; n per side and paired.", "",
              "| env | arm | vs | metric | n (arm / vs / paired) | arm | vs | difference [95% CI] | P(improvement) |",
@@ -619,12 +616,18 @@ def current_commit(root: Path) -> str | None:
     return out.stdout.strip() or None
 
 
-def record(decl: Declaration, table, decided: dict, commit: str | None) -> dict:
+def record(decl: Declaration, table, decided: dict, commit: str | None, run_commits: dict[str, int]) -> dict:
     """What the log keeps of a finished comparison (tracked under ``docs/experiments/records``)."""
     rows = [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()}
             for r in table.to_dict("records")]
-    return {"name": decl.name, "commit": commit, "verdict": decided["verdict"], "reason": decided["reason"],
-            "scores": decided.get("scores"), "comparison": rows}
+    return {"name": decl.name, "commit": commit, "run_commits": run_commits, "verdict": decided["verdict"],
+            "reason": decided["reason"], "scores": decided.get("scores"), "comparison": rows}
+
+
+def commits_text(run_commits: dict[str, int]) -> str:
+    """``runs from commit abc (155)`` or ``runs from 2 commits: abc (100), def (55)``."""
+    items = ", ".join(f"{c} ({n})" for c, n in run_commits.items())
+    return f"runs from commit {items}" if len(run_commits) == 1 else f"runs from {len(run_commits)} commits: {items}"
 
 
 def compare_experiment(name: str, root: Path = Path("."), out: Path | None = None, record_dir: Path | None = None,
@@ -638,9 +641,10 @@ def compare_experiment(name: str, root: Path = Path("."), out: Path | None = Non
     table = comparison_table(decl, metrics_table)
     decided = verdict(decl, table, metrics_table)
     out = out or root / RESULTS_DIR / name
-    rec = record(decl, table, decided, current_commit(root))
+    run_commits = commit_counts([folder for _, folder in pairs if (folder / "done").is_file()])
+    rec = record(decl, table, decided, current_commit(root), run_commits)
     atomic_write_text(out / "comparison.csv", table.to_csv(index=False, float_format="%.6g"))
-    atomic_write_text(out / "comparison.md", comparison_markdown(decl, table, decided))
+    atomic_write_text(out / "comparison.md", comparison_markdown(decl, table, decided, run_commits))
     atomic_write_text(out / "verdict.json", json.dumps(rec, indent=1) + "\n")
     if record_dir is not None:
         previous = record_dir / f"{name}.json"
@@ -692,7 +696,10 @@ def log_markdown(root: Path = Path(".")) -> str:
             continue
         lines += [f"- Effect: {_effect_text(rec)}", f"- Verdict: {rec['verdict']} ({rec['reason']})"]
         lines += [f"- Decision: {rec['note']}"] if rec.get("note") else []
-        lines += [f"- Compared at commit {rec['commit'] or 'unknown'}", ""]
+        commits = rec.get("run_commits") or {}
+        mixed = " (the runs of this comparison come from more than one commit)" if len(commits) > 1 else ""
+        lines += [f"- Compared at commit {rec['commit'] or 'unknown'}; "
+                  f"{commits_text(commits) if commits else 'run commits not recorded'}{mixed}", ""]
     imported_path = root / IMPORTED
     entries = yaml.safe_load(imported_path.read_text()) if imported_path.is_file() else []
     if entries:
@@ -716,8 +723,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser("check", help="validate declarations (default: all)")
     c.add_argument("names", nargs="*")
-    pl = sub.add_parser("plan", help="list an experiment's runs and whether each exists")
+    pl = sub.add_parser("plan", help="list an experiment's runs in launch order, their states and the ETA")
     pl.add_argument("name")
+    pl.add_argument("--cores", type=int, default=os.cpu_count() or 1, help="cores for the ETA (default: this machine's)")
     cm = sub.add_parser("compare", help="compare an experiment's runs and apply its decision rule")
     cm.add_argument("name")
     cm.add_argument("--out", type=Path, help=f"output folder (default: {RESULTS_DIR}/<name>)")
@@ -734,10 +742,14 @@ def main(argv: list[str] | None = None) -> int:
                 load_declaration(name)
             print(f"{len(args.names or declared_names())} declaration(s) valid")
         elif args.command == "plan":
-            pairs = run_dirs(load_declaration(args.name))
-            for run, folder in pairs:
-                state = "done" if (folder / "done").is_file() else "missing"
-                print(f"{run.env}\t{run.arm}\tseed{run.seed}\t{state}\t{folder}")
+            if args.cores < 1:
+                raise ExperimentError(f"--cores {args.cores}: must be at least 1")
+            from lore.analysis.launch import cost_line
+
+            states, summary = experiment_cost(args.name, cores=args.cores)
+            for s in states:
+                print(f"{s.run.env}\t{s.run.arm}\tseed{s.run.seed}\t{s.state}\t{s.folder}")
+            print(cost_line(summary))
         elif args.command == "note":
             from lore.utils.io import atomic_write_text
 

@@ -209,9 +209,13 @@ def outputs_lines():
 # ---------------------------------------------------------------- declared experiments
 from lore.analysis import experiments as EXP
 
+from lore.analysis import launch as EXP_LAUNCH
+
 try:
     EXPERIMENTS = EXP.selected(config.get("experiment"))
     _EXP_PAIRS = {name: EXP.run_dirs(EXP.load_declaration(name)) for name in EXPERIMENTS}
+    _EXP_STATES = {name: EXP_LAUNCH.run_states(EXP.load_declaration(name), _EXP_PAIRS[name])
+                   for name in EXPERIMENTS}
 except EXP.ExperimentError as e:
     raise WorkflowError(f"invalid experiment: {' '.join(str(e).split())}") from None
 
@@ -220,6 +224,32 @@ EXP_RUN_DIR = os.path.join(EXP_RUNS_DIR, "{env}", "{key}", "seed{seed}")
 # the runs this invocation may train: planned runs with no finished run of the same identity elsewhere
 EXP_TRAIN = {(run.env, run.key, run.seed): run for pairs in _EXP_PAIRS.values() for run, folder in pairs
              if folder == run.default_dir()}
+
+
+def _experiment_ranks():
+    """(rule name, seed, run keys) of each launch rank of the runs to train; a run in several experiments
+    goes to its earliest rank."""
+    ranked = {}
+    for states in _EXP_STATES.values():
+        for s in states:
+            if (s.run.env, s.run.key, s.run.seed) in EXP_TRAIN:
+                rank = (not s.feeds_decision, s.run.seed)
+                ranked[(s.run.key, s.run.seed)] = min(rank, ranked.get((s.run.key, s.run.seed), rank))
+    groups = {}
+    for (key, seed), rank in ranked.items():
+        groups.setdefault(rank, set()).add(key)
+    return [(f"train_experiment_seed{seed}{'_reported' if reported else ''}", seed, sorted(groups[(reported, seed)]))
+            for reported, seed in sorted(groups)]
+
+
+EXP_RANKS = _experiment_ranks()
+if EXPERIMENTS and workflow.is_main_process:  # what the grid costs, dry runs included
+    _finished = list(EXP.index_archive(EXP.ARCHIVE_ROOT).values()) + list(EXP.index_runs(Path("results")).values())
+    _times = EXP_LAUNCH.measured_times(_finished)
+    for _name in EXPERIMENTS:
+        _summary = EXP_LAUNCH.cost_summary(EXP.load_declaration(_name), _EXP_STATES[_name], _times,
+                                           workflow.cores if workflow._cores else 1)
+        print(EXP_LAUNCH.cost_line(_summary), file=sys.stderr)
 
 
 def experiment_targets():

@@ -1,30 +1,40 @@
 # Declared experiments (config/experiments/<name>.yaml): `snakemake --cores N --config experiment=<name>`
 # (or a comma-separated list, or `all`) trains only the runs that are missing, compares them paired by seed,
 # applies the declaration's decision rule and rewrites the experiment log (docs/experiments.md).
-# A run is identified by its resolved config and seed: one that finished anywhere under results/ is reused.
+# A run is identified by its resolved config and seed: one that finished anywhere under results/, or that is
+# archived in runs/ (tracked in git), is reused. Each run is archived in runs/ as soon as it finishes.
+#
+# One training rule per launch rank (lore.analysis.launch): the runs the decision rule reads, seed by seed,
+# then the others; a higher rank has the higher priority, so a grid stopped half-way is balanced.
 
+for _rank, (_name, _seed, _keys) in enumerate(EXP_RANKS):
 
-rule train_experiment:
-    output:
-        done=os.path.join(EXP_RUN_DIR, "done"),
-    log:
-        os.path.join(str(EXP.RESULTS_DIR), "logs", "{env}", "{key}", "seed{seed}.log"),
-    wildcard_constraints:
-        key="[A-Za-z0-9_]+-[0-9a-f]{10}",
-    params:
-        run_dir=EXP_RUN_DIR,
-        args=experiment_train_args,
-    threads: 1
-    resources:
-        mem_mb=3000,
-        runtime=120,
-    conda:
-        "../envs/lore.yaml"
-    shell:
-        "mkdir -p {params.run_dir} && ln -sf $(realpath {params.run_dir})/train.log {log}; "
-        "export OMP_NUM_THREADS={threads} MKL_NUM_THREADS={threads}; "
-        "exec lore train --run-dir {params.run_dir} {params.args} --no-progress --finished-line /dev/fd/3 "
-        "3>&1 >> {params.run_dir}/train.log 2>&1"
+    rule:
+        name:
+            _name
+        output:
+            done=os.path.join(EXP_RUN_DIR, "done"),
+        log:
+            os.path.join(str(EXP.RESULTS_DIR), "logs", "{env}", "{key}", "seed{seed}.log"),
+        wildcard_constraints:
+            key="|".join(_keys),
+            seed=str(_seed),
+        priority: len(EXP_RANKS) - _rank
+        params:
+            run_dir=EXP_RUN_DIR,
+            args=experiment_train_args,
+            archive=str(EXP.ARCHIVE_ROOT),
+        threads: 1
+        resources:
+            mem_mb=3000,
+            runtime=120,
+        conda:
+            "../envs/lore.yaml"
+        shell:
+            "mkdir -p {params.run_dir} && ln -sf $(realpath {params.run_dir})/train.log {log}; "
+            "export OMP_NUM_THREADS={threads} MKL_NUM_THREADS={threads}; "
+            "exec lore train --run-dir {params.run_dir} {params.args} --no-progress --finished-line /dev/fd/3 "
+            "--archive {params.archive} 3>&1 >> {params.run_dir}/train.log 2>&1"
 
 
 rule experiment_compare:

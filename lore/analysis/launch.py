@@ -1,0 +1,148 @@
+"""An experiment before it runs: each planned run's state, the order its missing runs train in, and the cost.
+
+States: ``archived`` (an entry in the run archive), ``finished`` (a finished run under ``results/``),
+``running`` (a live training holds its folder) and ``missing``. Missing runs train seed by seed: every run
+that the decision rule reads for seed 0, on every env and arm, then seed 1, and so on; the runs that the rule
+does not read (reported comparisons only) come last, seed by seed too. A grid stopped half-way is thus
+balanced across arms and envs.
+
+The estimate of a run's wall time is the median of the finished runs of the same env, ablation, size preset
+and budget, else of the same ablation, preset and budget, else of the same preset and budget; with none,
+:data:`ASSUMED_S_PER_STEP` per env step, and the summary says so.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from lore.analysis.archive import ARCHIVE_ROOT, is_live
+
+ASSUMED_S_PER_STEP = 0.033
+"""Seconds per env step assumed when no finished run has the same preset and budget (one thread)."""
+STATES = ("archived", "finished", "running", "missing")
+
+
+@dataclass(frozen=True)
+class RunState:
+    run: object  # lore.analysis.experiments.PlannedRun
+    folder: Path
+    state: str
+    feeds_decision: bool
+
+
+def decision_arms(decl) -> set[str]:
+    """The arms the decision rule reads (candidates' roles, required arms and what they are compared with);
+    every arm when the rule names none."""
+    rule = decl.decision or {}
+    arms: set[str] = set()
+    for roles in (rule.get("candidates") or {}).values():
+        arms |= {v for k, v in roles.items() if k != "mechanisms" and isinstance(v, str)}
+    for req in rule.get("require") or []:
+        arms |= {req[k] for k in ("arm", "vs") if isinstance(req.get(k), str)}
+    return {a.removeprefix("baseline:") for a in arms} or set(decl.arms) | {"baseline"}
+
+
+def run_states(decl, pairs, root: Path = Path(".")) -> list[RunState]:
+    """Every planned run with its state, in launch order (see the module's docstring)."""
+    archive = (root / ARCHIVE_ROOT).resolve()
+    fed = decision_arms(decl)
+    out = []
+    for run, folder in pairs:
+        done = (folder / "done").is_file()
+        if done and archive in folder.resolve().parents:
+            state = "archived"
+        elif done:
+            state = "finished"
+        elif is_live(folder):
+            state = "running"
+        else:
+            state = "missing"
+        out.append(RunState(run, folder, state, run.arm.removeprefix("baseline:") in fed or
+                            (run.arm.startswith("baseline:") and "baseline" in fed)))
+    envs = list(decl.envs)
+    arms = list(decl.arms)
+
+    def order(s: RunState):
+        arm = s.run.arm.removeprefix("baseline:")
+        return (not s.feeds_decision, s.run.seed, envs.index(s.run.env) if s.run.env in envs else len(envs),
+                arms.index(arm) if arm in arms else len(arms))
+
+    return sorted(out, key=order)
+
+
+def launch_ranks(states: list[RunState]) -> list[list[RunState]]:
+    """The runs still to train, grouped by launch rank: (decision runs first, then the others) × seed."""
+    groups: dict[tuple[bool, int], list[RunState]] = {}
+    for s in states:
+        if s.state in ("missing", "running"):
+            groups.setdefault((not s.feeds_decision, s.run.seed), []).append(s)
+    return [groups[k] for k in sorted(groups)]
+
+
+def _profile(folder: Path) -> tuple[tuple, float] | None:
+    """((env, ablation, preset, steps), wall seconds) of a finished run, None if its files do not say."""
+    from lore.config import load_yaml
+
+    try:
+        cfg = load_yaml(folder / "config.yaml")
+        wall = json.loads((folder / "done").read_text(encoding="utf-8"))["wall_s"]
+        profile = (cfg["env"]["name"], cfg["ablation"], cfg["model"]["preset"], int(cfg["train"]["steps"]))
+    except Exception:  # noqa: BLE001 - any unreadable run simply gives no measurement
+        return None
+    return (profile, float(wall)) if isinstance(wall, (int, float)) and wall > 0 else None
+
+
+def measured_times(folders: list[Path]) -> dict[tuple, list[float]]:
+    out: dict[tuple, list[float]] = {}
+    for folder in folders:
+        found = _profile(folder)
+        if found:
+            out.setdefault(found[0], []).append(found[1])
+    return out
+
+
+def estimate_seconds(run, times: dict[tuple, list[float]]) -> tuple[float, bool]:
+    """(estimated wall seconds, whether measured runs back it) of one planned run."""
+    overrides = dict(run.overrides)
+    preset, steps = overrides.get("model.preset", "xs"), int(overrides.get("train.steps", 50_000))
+    for match in ((run.env, run.ablation, preset, steps), (run.ablation, preset, steps), (preset, steps)):
+        values = [v for key, vs in times.items() if key[-len(match):] == match for v in vs]
+        if values:
+            return statistics.median(values), True
+    return steps * ASSUMED_S_PER_STEP, False
+
+
+def makespan(durations: list[float], cores: int) -> float:
+    """Wall seconds to run single-thread jobs of ``durations`` on ``cores`` (longest first, greedy)."""
+    loads = [0.0] * max(1, cores)
+    for d in sorted(durations, reverse=True):
+        heapq.heapreplace(loads, loads[0] + d)
+    return max(loads)
+
+
+def cost_summary(decl, states: list[RunState], times: dict[tuple, list[float]], cores: int) -> dict:
+    counts = {k: sum(s.state == k for s in states) for k in STATES}
+    todo = [s for s in states if s.state in ("missing", "running")]
+    estimates = [estimate_seconds(s.run, times) for s in todo]
+    # a running run is counted as half done
+    seconds = [e / 2 if s.state == "running" else e for (e, _), s in zip(estimates, todo, strict=True)]
+    return {"name": decl.name, "total": len(states), **counts, "cores": cores,
+            "eta_s": makespan(seconds, cores) if seconds else 0.0,
+            "assumed": sum(not measured for _, measured in estimates)}
+
+
+def format_duration(seconds: float) -> str:
+    minutes = round(seconds / 60)
+    return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
+
+
+def cost_line(summary: dict) -> str:
+    basis = (f"; {summary['assumed']} run(s) estimated at {ASSUMED_S_PER_STEP} s per env step, no finished run "
+             "of their preset and budget" if summary["assumed"] else "; from the measured times of finished runs")
+    return (f"lore: experiment {summary['name']}: {summary['total']} runs: {summary['archived']} archived, "
+            f"{summary['finished']} finished, {summary['running']} running, {summary['missing']} missing; "
+            f"ETA {format_duration(summary['eta_s'])} on {summary['cores']} core(s){basis}")

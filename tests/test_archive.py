@@ -1,0 +1,277 @@
+"""The run archive: finished runs copied into ``runs/`` (tracked), read back exactly, checked, reproduced."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from workflow_helpers import job_counts, run_snakemake
+
+from lore.analysis import archive as ar
+from lore.analysis import experiments as ex
+from lore.analysis import launch
+from lore.cli import main as lore_main
+
+DOORKEY = "MiniGrid-DoorKey-5x5-v0"
+TINY = ["model.preset=debug", "train.steps=300", "train.prefill=100", "eval.every=150", "eval.episodes=2",
+        "train.log_every=100", "train.checkpoint_every=300", "train.tensorboard=false", "device=cpu"]
+
+
+def _train(run_dir: Path, ablation: str, seed: int = 0) -> Path:
+    from lore.config import build_config
+    from lore.train.trainer import train
+
+    train(build_config(None, [*TINY, f"seed={seed}", f"llm.cache_path={run_dir}/llm_cache.sqlite"], ablation),
+          run_dir, show_progress=False)
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def real_runs(tmp_path_factory) -> Path:
+    """Two tiny real runs (rl_only, full) under ``<tmp>/results/runs/<env>/<ablation>/seed0``."""
+    root = tmp_path_factory.mktemp("real") / "results" / "runs" / DOORKEY
+    for ablation in ("rl_only", "full"):
+        _train(root / ablation / "seed0", ablation)
+    return root.parent
+
+
+def _analysis(runs_root: Path, out: Path) -> dict[str, bytes]:
+    """Tables and PNG figures built from ``runs_root`` by the analysis commands, by relative path."""
+    assert lore_main(["aggregate", "--runs-root", str(runs_root), "--out", str(out / "tables"),
+                      "--budgets", "150", "300"]) == 0
+    assert lore_main(["figures", "--runs-root", str(runs_root), "--tables", str(out / "tables"),
+                      "--out", str(out / "figures"), "--budgets", "150", "300"]) == 0
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*"))
+            if p.is_file() and p.suffix in (".csv", ".png")}
+
+
+def test_tables_and_figures_rebuild_identically_from_the_archive(real_runs, tmp_path):
+    before = _analysis(real_runs, tmp_path / "from_results")
+    archive = tmp_path / "runs"
+    entries = [ar.archive_run(d, archive)[0] for d in ar.finished_run_dirs(real_runs)]
+    assert len(entries) == 2
+    for entry in entries:
+        names = set(os.listdir(entry))
+        assert {"config.yaml", "done", "eval.csv", "metrics.csv", "episodes.csv"} <= names
+        assert not names & {"checkpoint.pt", "train.log", "tb", ".lock", "llm_cache.sqlite"}
+        assert sum(f.stat().st_size for f in entry.iterdir()) <= 10_000
+    full = next(e for e in entries if e.parent.name.startswith("full-"))
+    assert (full / "llm_calls.jsonl").is_file()
+    copied = tmp_path / "copied"
+    shutil.copytree(archive, copied)
+    after = _analysis(copied, tmp_path / "from_archive")
+    assert sorted(after) == sorted(before) and any(k.endswith(".png") for k in after)
+    for name, data in before.items():
+        assert after[name] == data, f"{name} differs when rebuilt from the archive"
+
+
+def test_an_archived_run_records_its_commit_versions_and_times(real_runs, tmp_path):
+    entry, new = ar.archive_run(real_runs / DOORKEY / "full" / "seed0", tmp_path / "runs")
+    assert new and ar.archive_run(real_runs / DOORKEY / "full" / "seed0", tmp_path / "runs") == (entry, False)
+    done = json.loads((entry / "done").read_text())
+    prov = done["provenance"]
+    assert len(prov["commit"]) == 40 and isinstance(prov["dirty"], bool)
+    assert prov["torch"] and prov["lore"] and prov["threads"] >= 1
+    assert done["wall_s"] > 0 and done["cpu_s"] > 0
+    assert ar.run_commit(entry).startswith(prov["commit"][:10])
+
+
+def test_reproduce_reports_an_exact_match_and_an_edited_eval_csv(real_runs, tmp_path, capsys):
+    archive = tmp_path / "runs"
+    entry, _ = ar.archive_run(real_runs / DOORKEY / "rl_only" / "seed0", archive)
+    assert lore_main(["reproduce", "--archive", str(archive), "--sample", "1"]) == 0
+    assert "1 of 1 archived runs reproduced exactly" in capsys.readouterr().out
+    lines = (entry / "eval.csv").read_text().splitlines()
+    cells = lines[1].split(",")
+    cells[1] = "0.75" if cells[1] != "0.75" else "0.25"  # a success rate edited in the middle of the table
+    lines[1] = ",".join(cells)
+    (entry / "eval.csv").write_text("\n".join(lines) + "\n")
+    assert lore_main(["reproduce", "--archive", str(archive), "--sample", "1"]) == 1
+    out = capsys.readouterr().out
+    assert "DIFFERS" in out and "line 2" in out and "0 of 1" in out
+
+
+# --------------------------------------------------------------------------- refusals
+
+
+def _synthetic(folder: Path, ablation: str = "rl_only", seed: int = 0) -> Path:
+    from lore.analysis.synthetic import SyntheticRun, write_run
+
+    return write_run(folder, SyntheticRun(env=DOORKEY, ablation=ablation, seed=seed, steps=2000, eval_every=500))
+
+
+@pytest.fixture
+def entry(tmp_path) -> tuple[Path, Path]:
+    archive = tmp_path / "runs"
+    path, _ = ar.archive_run(_synthetic(tmp_path / "results" / "r0"), archive)
+    return archive, path
+
+
+def _refused(archive: Path, *words: str) -> str:
+    with pytest.raises(ar.ArchiveError) as info:
+        ar.index_archive(archive)
+    message = str(info.value)
+    assert "\n" not in message and all(w in message for w in words), message
+    return message
+
+
+def test_a_truncated_eval_csv_is_refused(entry):
+    archive, path = entry
+    text = (path / "eval.csv").read_text()
+    (path / "eval.csv").write_text(text[: len(text) * 2 // 3])
+    _refused(archive, str(path), "truncated")
+
+
+@pytest.mark.parametrize("name, what", [("done", "done marker"), ("config.yaml", "config")])
+def test_an_entry_without_its_done_or_config_is_refused(entry, name, what):
+    archive, path = entry
+    (path / name).unlink()
+    _refused(archive, str(path), what)
+
+
+def test_an_entry_whose_config_does_not_hash_to_its_key_is_refused(entry):
+    archive, path = entry
+    cfg = yaml.safe_load((path / "config.yaml").read_text())
+    cfg["prior"]["beta_max"] = 0.123
+    (path / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    _refused(archive, str(path), "does not hash to its key")
+
+
+def test_an_entry_duplicating_another_is_refused(entry):
+    archive, path = entry
+    stale = path.parent.parent / "rl_only-0123456789" / "seed0"
+    shutil.copytree(path, stale)
+    _refused(archive, str(stale), "duplicates", str(path))
+
+
+def test_stray_files_and_folders_in_the_archive_are_refused(entry):
+    archive, path = entry
+    (path / "checkpoint.pt").write_bytes(b"x")
+    _refused(archive, "checkpoint.pt")
+    (path / "checkpoint.pt").unlink()
+    (path.parent / "seed01").mkdir()
+    _refused(archive, "seed01", "not an archive entry")
+
+
+def test_a_live_run_is_never_archived_half_way(tmp_path):
+    from lore.utils.io import exclusive_dir_lock
+
+    run = _synthetic(tmp_path / "results" / "r0")
+    with exclusive_dir_lock(run):
+        with pytest.raises(ar.ArchiveError, match="live training"):
+            ar.archive_run(run, tmp_path / "runs")
+    assert not (tmp_path / "runs").exists()
+    ar.archive_run(run, tmp_path / "runs")
+
+
+def test_an_entry_is_never_overwritten_silently(tmp_path):
+    archive = tmp_path / "runs"
+    run = _synthetic(tmp_path / "results" / "r0")
+    path, _ = ar.archive_run(run, archive)
+    before = (path / "eval.csv").read_bytes()
+    (run / "eval.csv").write_text((run / "eval.csv").read_text().replace(",0.", ",0.0", 1))
+    with pytest.raises(ar.ArchiveError, match="already archived with other content"):
+        ar.archive_run(run, archive)
+    assert (path / "eval.csv").read_bytes() == before
+
+
+def test_the_archive_command_reports_refused_runs_and_archives_the_rest(tmp_path, capsys):
+    good = _synthetic(tmp_path / "results" / "a", seed=0)
+    bad = _synthetic(tmp_path / "results" / "b", seed=1)
+    (bad / "eval.csv").write_text("env_step,success_rate\n0,0.0\n")  # ends before done's env step
+    assert lore_main(["archive", str(tmp_path / "results"), "--to", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert "not archived" in err and str(bad) in err
+    assert len(ar.index_archive(tmp_path / "runs")) == 1 and good.exists()
+
+
+# --------------------------------------------------------------------------- the workflow and the plan
+
+
+def _project(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    shutil.copytree(ex.REPO / "config", root / "config", ignore=shutil.ignore_patterns("experiments"))
+    (root / "config" / "experiments").mkdir()
+    decl = {"question": "Does a smaller beta_max change the full method's success?",
+            "base": "config/config.yaml", "grid": {"envs": [DOORKEY], "seeds": [0, 1, 2]},
+            "arms": {"rl_only": {}, "full_half": {"ablation": "full", "settings": {"prior.beta_max": 0.5}},
+                     "full_noisy": {"ablation": "full_noisy"}},
+            "compare": [{"arm": "full_half", "vs": "rl_only"}, {"arm": "full_noisy", "vs": "rl_only"}],
+            "metrics": ["auc", "final_sr"],
+            "decision": {"rule": "adopt", "require": [{"arm": "full_half", "vs": "rl_only", "metric": "auc",
+                                                       "test": "above"}]}}
+    (root / "config" / "experiments" / "exp.yaml").write_text(yaml.safe_dump(decl, sort_keys=False))
+    return root
+
+
+def _finish(run: ex.PlannedRun, folder: Path) -> Path:
+    from lore.analysis.synthetic import SyntheticRun, write_run
+    from lore.config import build_config, save_config
+
+    cfg = build_config(None, [f"{k}={json.dumps(v)}" for k, v in run.overrides] + [f"seed={run.seed}"], run.ablation)
+    write_run(folder, SyntheticRun(env=run.env, ablation=run.ablation, seed=run.seed, steps=cfg.train.steps,
+                                   eval_every=cfg.eval.every))
+    save_config(cfg, folder / "config.yaml")
+    return folder
+
+
+def _trained(counts: dict[str, int]) -> int:
+    return sum(n for rule, n in counts.items() if rule.startswith("train_experiment"))
+
+
+def test_a_half_archived_grid_trains_only_the_other_half_and_compares_from_the_archive(tmp_path):
+    root = _project(tmp_path)
+    decl = ex.load_declaration("exp", root)
+    runs = ex.plan(decl, root)
+    assert len(runs) == 9
+    proc = run_snakemake(root, "-n", "--config", "experiment=exp", timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _trained(job_counts(proc.stdout)) == 9
+    assert "9 runs: 0 archived, 0 finished, 0 running, 9 missing" in proc.stderr
+    # seeds 0 and 1 of every arm finish in results/, are archived, and results/ goes away
+    done = [r for r in runs if r.seed < 2]
+    for r in done:
+        folder = _finish(r, r.default_dir(root))
+        ar.archive_run(folder, root / ex.ARCHIVE_ROOT)
+    first = ex.compare_experiment("exp", root)
+    table = (root / ex.RESULTS_DIR / "exp" / "comparison.csv").read_text()
+    shutil.rmtree(root / "results")
+    proc = run_snakemake(root, "-n", "--config", "experiment=exp", timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _trained(job_counts(proc.stdout)) == 3
+    assert "9 runs: 6 archived, 0 finished, 0 running, 3 missing" in proc.stderr
+    again = ex.compare_experiment("exp", root)
+    assert (root / ex.RESULTS_DIR / "exp" / "comparison.csv").read_text() == table
+    assert again["comparison"] == first["comparison"] and again["run_commits"] == {"unknown": 6}
+
+
+def test_missing_runs_launch_seed_by_seed_with_the_decision_runs_first(tmp_path):
+    root = _project(tmp_path)
+    decl = ex.load_declaration("exp", root)
+    states = launch.run_states(decl, ex.run_dirs(decl, root), root)
+    order = [(s.feeds_decision, s.run.seed, s.run.arm) for s in states]
+    assert order == [(True, 0, "rl_only"), (True, 0, "full_half"), (True, 1, "rl_only"), (True, 1, "full_half"),
+                     (True, 2, "rl_only"), (True, 2, "full_half"),
+                     (False, 0, "full_noisy"), (False, 1, "full_noisy"), (False, 2, "full_noisy")]
+    assert [len(rank) for rank in launch.launch_ranks(states)] == [2, 2, 2, 1, 1, 1]
+
+
+def test_the_eta_comes_from_measured_runs_of_the_same_preset_and_budget(tmp_path, capsys):
+    root = _project(tmp_path)
+    decl = ex.load_declaration("exp", root)
+    states = launch.run_states(decl, ex.run_dirs(decl, root), root)
+    assumed = launch.cost_summary(decl, states, {}, cores=1)
+    assert assumed["assumed"] == 9 and "estimated at" in launch.cost_line(assumed)
+    steps = int(dict(states[0].run.overrides).get("train.steps", 0))
+    preset = dict(states[0].run.overrides).get("model.preset", "xs")
+    times = {(DOORKEY, "rl_only", preset, steps): [100.0], ("other", "full", preset, steps): [300.0]}
+    one = launch.cost_summary(decl, states, times, cores=1)
+    two = launch.cost_summary(decl, states, times, cores=2)
+    # full_noisy has no measured ablation: the median of the same preset and budget, 200
+    assert one["assumed"] == 0 and one["eta_s"] == pytest.approx(3 * 100 + 3 * 300 + 3 * 200)
+    assert two["eta_s"] == pytest.approx(launch.makespan([100] * 3 + [300] * 3 + [200] * 3, 2)) and two["eta_s"] < one["eta_s"]
+    assert launch.makespan([3, 3, 2, 2], 2) == 5 and launch.makespan([4], 3) == 4
