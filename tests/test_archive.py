@@ -247,6 +247,9 @@ def test_a_half_archived_grid_trains_only_the_other_half_and_compares_from_the_a
     again = ex.compare_experiment("exp", root)
     assert (root / ex.RESULTS_DIR / "exp" / "comparison.csv").read_text() == table
     assert again["comparison"] == first["comparison"] and again["run_commits"] == {"unknown": 6}
+    md = (root / ex.RESULTS_DIR / "exp" / "comparison.md").read_text()
+    assert "Code: runs from commit unknown (6)." in md
+    assert f"| {DOORKEY} | full_half | " in md and md.count("(n = 2)") == 6  # 3 arms × (AUC, final SR)
 
 
 def test_missing_runs_launch_seed_by_seed_with_the_decision_runs_first(tmp_path):

@@ -592,10 +592,51 @@ def _fmt(x: float, signed: bool = False) -> str:
     return f"{x:+.3f}" if signed else f"{x:.3f}"
 
 
-def comparison_markdown(decl: Declaration, table, decided: dict, run_commits: dict[str, int]) -> str:
+def arm_table(decl: Declaration, metrics_table):
+    """One row per (env, arm, metric): n and the mean over seeds with its 95% bootstrap CI."""
+    import numpy as np
+    import pandas as pd
+
+    from lore.analysis import stats as st
+
+    rows = []
+    for env in decl.envs:
+        for arm in sorted(set(metrics_table["arm"]) if len(metrics_table) else [], key=_arm_order(decl)):
+            pick = metrics_table[(metrics_table["env"] == env) & (metrics_table["arm"] == arm)]
+            for metric in decl.metrics:
+                values = pick[metric].to_numpy(float) if metric in pick else np.array([])
+                values = values[np.isfinite(values)]
+                if not values.size:
+                    continue
+                ci = st.stratified_bootstrap_ci([values], "mean", confidence=CONFIDENCE, resamples=RESAMPLES, seed=0)
+                rows.append({"env": env, "arm": arm, "metric": metric, "n": int(values.size),
+                             "mean": float(values.mean()), "low": ci.low, "high": ci.high})
+    return pd.DataFrame(rows)
+
+
+def _arm_order(decl: Declaration):
+    names = list(decl.arms)
+    return lambda arm: (names.index(arm) if arm in names else len(names), arm)
+
+
+def arm_markdown(arms) -> list[str]:
+    if not len(arms):
+        return []
+    lines = ["Each arm: mean over seeds [95% bootstrap CI], n seeds.", "",
+             "| env | arm | " + " | ".join(METRICS[m] for m in arms["metric"].unique()) + " |",
+             "|---|---|" + "---|" * arms["metric"].nunique()]
+    for (env, arm), group in arms.groupby(["env", "arm"], sort=False):
+        cells = [f"{_fmt(r['mean'])} [{_fmt(r['low'])}, {_fmt(r['high'])}] (n = {r['n']})"
+                 for _, r in group.iterrows()]
+        lines.append(f"| {env} | {arm} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+def comparison_markdown(decl: Declaration, table, decided: dict, run_commits: dict[str, int], arms=None) -> str:
     lines = [f"# {decl.name}", "", decl.question, "",
              f"Verdict: **{decided['verdict']}** ({decided['reason']}).", "",
              f"Code: {commits_text(run_commits)}.", "",
+             *(arm_markdown(arms) if arms is not None else []),
              "Paired by seed: mean of per-seed differences (arm − vs) with its 95% bootstrap CI; P(arm > vs) over "
              "runs; n per side and paired.", "",
              "| env | arm | vs | metric | n (arm / vs / paired) | arm | vs | difference [95% CI] | P(improvement) |",
@@ -644,7 +685,9 @@ def compare_experiment(name: str, root: Path = Path("."), out: Path | None = Non
     run_commits = commit_counts([folder for _, folder in pairs if (folder / "done").is_file()])
     rec = record(decl, table, decided, current_commit(root), run_commits)
     atomic_write_text(out / "comparison.csv", table.to_csv(index=False, float_format="%.6g"))
-    atomic_write_text(out / "comparison.md", comparison_markdown(decl, table, decided, run_commits))
+    arms = arm_table(decl, metrics_table)
+    atomic_write_text(out / "arms.csv", arms.to_csv(index=False, float_format="%.6g"))
+    atomic_write_text(out / "comparison.md", comparison_markdown(decl, table, decided, run_commits, arms))
     atomic_write_text(out / "verdict.json", json.dumps(rec, indent=1) + "\n")
     if record_dir is not None:
         previous = record_dir / f"{name}.json"

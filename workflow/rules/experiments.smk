@@ -43,6 +43,7 @@ rule experiment_compare:
     output:
         md=f"{EXP.RESULTS_DIR}/{{name}}/comparison.md",
         csv=f"{EXP.RESULTS_DIR}/{{name}}/comparison.csv",
+        arms=f"{EXP.RESULTS_DIR}/{{name}}/arms.csv",
         verdict=f"{EXP.RESULTS_DIR}/{{name}}/verdict.json",
         record=f"{EXP.RECORDS_DIR}/{{name}}.json",
     log:
