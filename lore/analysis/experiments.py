@@ -475,6 +475,36 @@ def run_metrics_table(pairs: list[tuple[PlannedRun, Path]]):
     return pd.DataFrame(rows, columns=["env", "arm", "seed", *METRICS]) if not rows else pd.DataFrame(rows)
 
 
+def experiment_figure(decl: Declaration, pairs: list[tuple[PlannedRun, Path]], out: Path) -> list[Path]:
+    """``fig_success.png``: eval SR over env steps of each arm against the arm most comparisons use as ``vs``
+    (mean over seeds with its 95% bootstrap band), one panel per env and arm."""
+    import pandas as pd
+
+    from lore.analysis.figures import plot_success_curves
+    from lore.analysis.runs import load_run
+    from lore.analysis.settings import AnalysisSettings
+
+    frames = []
+    for run, folder in pairs:
+        if (folder / "done").is_file():
+            ev = load_run(folder).eval[["env_step", "success_rate"]].copy()
+            ev.insert(0, "seed", run.seed)
+            ev.insert(0, "ablation", run.arm)
+            ev.insert(0, "env", run.env)
+            frames.append(ev)
+    if not frames:
+        return []
+    vs = [c["vs"] for c in comparisons(decl)]
+    base = max(vs, key=vs.count) if vs else "rl_only"
+    base = f"baseline:{base}" if base == "baseline" else base
+    paths = plot_success_curves(pd.concat(frames, ignore_index=True), AnalysisSettings(baseline=base), out)
+    keep = [p for p in paths if p.suffix == ".png"]
+    for p in paths:
+        if p.suffix != ".png":
+            p.unlink()
+    return [p.rename(p.with_name("fig_success.png")) for p in keep]
+
+
 def distinct_at_last_eval(eval_points) -> float:
     """How many Crafter achievements the last evaluation of one run unlocked (in any of its episodes)."""
     from lore.analysis.runs import ACHIEVEMENT_PREFIX
@@ -685,6 +715,7 @@ def compare_experiment(name: str, root: Path = Path("."), out: Path | None = Non
     run_commits = commit_counts([folder for _, folder in pairs if (folder / "done").is_file()])
     rec = record(decl, table, decided, current_commit(root), run_commits)
     atomic_write_text(out / "comparison.csv", table.to_csv(index=False, float_format="%.6g"))
+    experiment_figure(decl, pairs, out)
     arms = arm_table(decl, metrics_table)
     atomic_write_text(out / "arms.csv", arms.to_csv(index=False, float_format="%.6g"))
     atomic_write_text(out / "comparison.md", comparison_markdown(decl, table, decided, run_commits, arms))

@@ -44,6 +44,7 @@ rule experiment_compare:
         md=f"{EXP.RESULTS_DIR}/{{name}}/comparison.md",
         csv=f"{EXP.RESULTS_DIR}/{{name}}/comparison.csv",
         arms=f"{EXP.RESULTS_DIR}/{{name}}/arms.csv",
+        figure=f"{EXP.RESULTS_DIR}/{{name}}/fig_success.png",
         verdict=f"{EXP.RESULTS_DIR}/{{name}}/verdict.json",
         record=f"{EXP.RECORDS_DIR}/{{name}}.json",
     log:
