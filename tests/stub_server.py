@@ -69,6 +69,7 @@ class LoopbackStub:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"  # keep-alive, as real servers
+            disable_nagle_algorithm = True  # TCP_NODELAY, as real servers: no 40 ms delayed-ACK stalls
 
             def log_message(self, *args):  # keep pytest output clean
                 pass

@@ -338,10 +338,11 @@ def test_a_train_run_with_an_open_model_and_its_replay_without_the_server(stub, 
     import pandas as pd
 
     stub.push("http500", "http500", "http500", "malformed", "bad_action")
-    sets = ["model.preset=debug", "train.steps=200", "train.prefill=40", "train.batch_length=8",
-            "train.train_ratio=32", "train.tensorboard=false", "train.checkpoint_every=1000", "eval.every=100",
-            "eval.episodes=2", "env.max_episode_steps=40", "llm.controller.budget=12", "llm.controller.cooldown=5",
-            "llm.controller.cooldown_after_success=10", "llm.cache_path=null", "device=cpu", "llm.retries=2", "llm.backoff_s=0.01", "llm.timeout_s=2"]
+    sets = ["model.preset=debug", "env.name=MiniGrid-Empty-5x5-v0", "env.max_episode_steps=40", "device=cpu",
+            "train.steps=200", "train.prefill=40", "train.batch_length=8", "train.train_ratio=32",
+            "train.tensorboard=false", "train.checkpoint_every=1000", "eval.every=100", "eval.episodes=4",
+            "llm.controller.budget=12", "llm.controller.cooldown=5", "llm.controller.cooldown_after_success=10",
+            "llm.cache_path=null", "llm.retries=2", "llm.backoff_s=0.01", "llm.timeout_s=2"]
 
     def train(run: str, *extra: str) -> dict:
         rc = cli.main(["train", "--run-dir", str(tmp_path / run), "--no-progress", "--ablation", "prior_only",
