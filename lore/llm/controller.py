@@ -46,6 +46,7 @@ from lore.llm.backends import (
     Backend,
     BackendResponse,
     LLMError,
+    longest_call_s,
     make_backend,
 )
 from lore.llm.cache import AdviceCache, TieredCache, open_cache
@@ -194,10 +195,7 @@ class LLMController:
         self.plan_logit = float(getattr(llm, "plan_logit", 4.0))
         self.max_inflight = max(1, int(getattr(llm, "max_inflight", 1)))
         self.check_every = max(1, int(getattr(cfg.distill, "check_every", 10)))
-        retries = max(int(llm.retries), 0)
-        backoff_total = sum(float(llm.backoff_s) * 2 ** i for i in range(retries))
-        self.hung_after_s = float(llm.timeout_s) * (retries + 1) + backoff_total \
-            + float(llm.simulated_latency_ms) / 1000.0 + 5.0
+        self.hung_after_s = longest_call_s(llm) + float(llm.simulated_latency_ms) / 1000.0 + 5.0
         self.with_features = bool(cfg.features.enabled)
         if self.with_features and features_spec is None:
             features_spec = default_features_spec(env_family, cfg.features.n_features)

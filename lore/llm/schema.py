@@ -204,3 +204,29 @@ def gemini_response_schema(num_actions: int, max_plan_len: int = DEFAULT_MAX_PLA
         "required": ["action_prior", "confidence"],
         "propertyOrdering": order,
     }
+
+
+def json_response_schema(num_actions: int, max_plan_len: int = DEFAULT_MAX_PLAN_LEN,
+                         with_features: bool = False) -> dict:
+    """The answer schema as standard JSON Schema (OpenAI ``response_format``, vLLM / llama.cpp / Ollama
+    guided decoding): :func:`gemini_response_schema` with lower-case type names, no ``propertyOrdering``,
+    and no properties beyond those listed."""
+
+    def convert(node: Any) -> Any:
+        if isinstance(node, list):
+            return [convert(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        out = {}
+        for key, value in node.items():
+            if key == "propertyOrdering":
+                continue
+            if key == "properties":
+                out[key] = {name: convert(sub) for name, sub in value.items()}
+            else:
+                out[key] = value.lower() if key == "type" else convert(value)
+        if out.get("type") == "object":
+            out["additionalProperties"] = False
+        return out
+
+    return convert(gemini_response_schema(num_actions, max_plan_len, with_features))

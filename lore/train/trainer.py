@@ -119,22 +119,24 @@ def preflight(cfg: RunConfig, run_dir: Path | None = None) -> None:
             ReplayBackend(llm.replay_ledger).close()
         except (LLMConfigError, OSError, ValueError) as e:
             raise ConfigError(f"llm.replay_ledger: {e}") from None
-    if llm.backend == "gemini":
+    from lore.llm.backends import REMOTE_BACKENDS
+
+    if llm.backend in REMOTE_BACKENDS:
         from lore.llm.secrets import API_KEY_ENV
 
-        if not os.environ.get(API_KEY_ENV, "").strip():
+        if llm.backend == "gemini" and not os.environ.get(API_KEY_ENV, "").strip():
             raise ConfigError(f"llm.backend: 'gemini' needs the {API_KEY_ENV} environment variable "
                               f"(or use llm.backend=scripted, the offline advisor)")
-        from lore.llm.backends import LLMConfigError, check_gemini_endpoint
+        from lore.llm.backends import LLMConfigError, check_endpoint
 
         try:  # one model lookup: an endpoint that cannot answer fails here, not after the run
-            check_gemini_endpoint(llm)
+            check_endpoint(llm)
         except LLMConfigError as e:
             raise ConfigError(str(e)) from None
     cache_path = expand_run_dir(llm.cache_path, run_dir)
-    if llm.backend in ("scripted", "gemini") and cache_path:
+    if llm.backend in ("scripted", *REMOTE_BACKENDS) and cache_path:
         _check_creatable_file("llm.cache_path", cache_path)
-    if llm.backend in ("scripted", "gemini") and getattr(llm, "shared_cache", None):
+    if llm.backend in ("scripted", *REMOTE_BACKENDS) and getattr(llm, "shared_cache", None):
         from lore.llm.cache import AdviceCache
 
         try:  # read-only: opening it proves it is a readable answer cache and touches nothing
