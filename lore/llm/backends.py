@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from lore.llm.schema import DEFAULT_MAX_PLAN_LEN, gemini_response_schema
 from lore.llm.scripted import ScriptedAdvisor
-from lore.llm.secrets import API_KEY_ENV, redact
+from lore.llm.secrets import API_KEY_ENV, key_problem, redact
 from lore.validation import shown_url, url_problem
 
 BACKEND_FAILURES = (
@@ -191,6 +191,8 @@ class GeminiBackend:
         key = os.environ.get(API_KEY_ENV, "").strip()
         if not key:
             raise LLMConfigError(f"backend 'gemini' needs the {API_KEY_ENV} environment variable")
+        if key_problem(key):
+            raise LLMConfigError(f"{API_KEY_ENV}: {key_problem(key)}")
         if timeout_s <= 0 or retries < 0 or backoff_s < 0:
             raise LLMConfigError(f"llm.timeout_s must be > 0, llm.retries and llm.backoff_s >= 0 "
                                  f"(got {timeout_s}, {retries}, {backoff_s})")
