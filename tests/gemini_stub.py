@@ -7,7 +7,9 @@ headers, JSON body). Faults are programmed per request, in order, with :meth:`Ge
 ``ok`` (a valid answer), ``malformed`` (text that is not JSON), ``wrong_length`` (one logit too
 many), ``nan`` (a NaN logit), ``missing`` (no ``confidence``), ``http429`` / ``http500`` /
 ``http503`` (an error status with Google's error body), ``bad_body`` (HTTP 200, body not JSON),
-``delay:<seconds>`` (a valid answer after a pause), ``hang`` (never answers until the stub stops).
+``delay:<seconds>`` (a valid answer after a pause), ``hang`` (never answers until the stub stops),
+``text:<text>`` (``<text>`` as the model's answer), ``error:<code>:<message>`` (an error status with
+``<message>`` in Google's error body).
 With no fault queued the stub answers ``ok``. The number of logits follows the request's
 ``responseSchema`` (``minItems`` of ``action_prior.logits``), else ``num_actions``.
 
@@ -141,6 +143,10 @@ class GeminiStub:
         if fault.startswith("delay:"):
             time.sleep(float(fault.split(":", 1)[1]))
             fault = "ok"
+        if fault.startswith("error:"):
+            code, message = fault.split(":", 2)[1:]
+            return self._send(handler, int(code), {"error": {"code": int(code), "message": message,
+                                                             "status": _STATUS.get(int(code), "UNKNOWN")}})
         if fault.startswith("http"):
             code = int(fault[4:])
             return self._send(handler, code, {"error": {"code": code, "message": f"stub fault {code}",
@@ -148,7 +154,7 @@ class GeminiStub:
         if fault == "bad_body":
             return self._send_raw(handler, 200, b"<html>not json</html>")
         n = self._schema_actions(body) or self.num_actions
-        text = answer_text(n, self.best_action, fault)
+        text = fault[5:] if fault.startswith("text:") else answer_text(n, self.best_action, fault)
         payload = {
             "candidates": [{"content": {"parts": [{"text": text}], "role": "model"}, "finishReason": "STOP",
                             "index": 0}],
