@@ -994,6 +994,10 @@ def _check_env_name(name: str) -> None:
                       f"or a registered MiniGrid-* id ({len(grid_ids)} of them, e.g. MiniGrid-DoorKey-5x5-v0)")
 
 
+MAX_PLAN_WORK = 2**20
+"""Most imagined latent steps (``plan.samples * plan.horizon * plan.iterations``) one planning call may take."""
+
+
 def validate_semantics(cfg: RunConfig) -> None:
     """Ranges of every numeric key, then the cross-field checks that types alone cannot express."""
     check_ranges(cfg)
@@ -1022,6 +1026,16 @@ def validate_semantics(cfg: RunConfig) -> None:
          f"({cfg.prior.temperature_max:g})"),
         (cfg.plan.elites <= cfg.plan.samples,
          f"plan.elites ({cfg.plan.elites}) must be <= plan.samples ({cfg.plan.samples})"),
+        (cfg.plan.samples * cfg.plan.horizon * cfg.plan.iterations <= MAX_PLAN_WORK,
+         f"plan.samples * plan.horizon * plan.iterations ({cfg.plan.samples} * {cfg.plan.horizon} * "
+         f"{cfg.plan.iterations}) must be <= {MAX_PLAN_WORK:,} imagined latent steps per planning call: each env "
+         f"step would take minutes"),
+        (env.num_envs <= t.steps - t.prefill,
+         f"env.num_envs ({env.num_envs}) must be <= train.steps - train.prefill ({t.steps} - {t.prefill}): one "
+         f"step of all envs would end the run before it trained"),
+        (env.num_envs * t.batch_length <= t.steps,
+         f"env.num_envs * train.batch_length ({env.num_envs} * {t.batch_length}) must be <= train.steps "
+         f"({t.steps}): each env would collect fewer steps than one sequence, so the run would never train"),
         (cfg.llm.backend != "replay" or cfg.llm.replay_ledger, "llm.backend=replay needs llm.replay_ledger"),
         (cfg.llm.backend != "openai" or cfg.llm.api_version is None,
          "llm.api_version: a Gemini API version, not read by llm.backend=openai; drop it"),

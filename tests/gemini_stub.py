@@ -5,7 +5,8 @@ It answers ``POST /{v1,v1beta}/models/<model>:generateContent`` with the real re
 headers, JSON body). Faults are programmed per request, in order, with :meth:`GeminiStub.push`: those of
 :mod:`stub_server` and ``http429`` / ``http500`` / ``http503`` (an error status with Google's error body).
 The number of logits follows the request's ``responseSchema`` (``minItems`` of ``action_prior.logits``),
-else ``num_actions``.
+else ``num_actions``; also ``text:<text>`` (``<text>`` as the model's answer) and
+``error:<code>:<message>`` (an error status with ``<message>`` in Google's error body).
 
 ``GET /{v1,v1beta}/models/<model>`` (the client's model lookup) answers the model's metadata, 404 for a
 model in ``unknown_models``, and 400 ``API_KEY_INVALID`` when ``valid_key`` is set and the request's key is
@@ -59,12 +60,16 @@ class GeminiStub(LoopbackStub):
         fault = self._transport_fault(handler, self._next_fault())
         if fault is None:
             return
+        if fault.startswith("error:"):
+            code, message = fault.split(":", 2)[1:]
+            return self._send(handler, int(code), {"error": {"code": int(code), "message": message,
+                                                             "status": _STATUS.get(int(code), "UNKNOWN")}})
         if fault.startswith("http"):
             code = int(fault[4:])
             return self._send(handler, code, {"error": {"code": code, "message": f"stub fault {code}",
                                                         "status": _STATUS.get(code, "UNKNOWN")}})
         n = self._schema_actions(body) or self.num_actions
-        text = answer_text(n, self.best_action, fault)
+        text = fault[5:] if fault.startswith("text:") else answer_text(n, self.best_action, fault)
         payload = {
             "candidates": [{"content": {"parts": [{"text": text}], "role": "model"}, "finishReason": "STOP",
                             "index": 0}],

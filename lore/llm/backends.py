@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 from lore.llm.schema import DEFAULT_MAX_PLAN_LEN, gemini_response_schema, json_response_schema
 from lore.llm.scripted import ScriptedAdvisor
-from lore.llm.secrets import API_KEY_ENV, OPENAI_API_KEY_ENV, redact
+from lore.llm.secrets import API_KEY_ENV, OPENAI_API_KEY_ENV, key_problem, redact
 from lore.validation import shown_url, url_problem
 
 log = logging.getLogger(__name__)
@@ -341,6 +341,8 @@ class GeminiBackend(HTTPBackend):
         key = os.environ.get(API_KEY_ENV, "").strip()
         if not key:
             raise LLMConfigError(f"backend 'gemini' needs the {API_KEY_ENV} environment variable")
+        if key_problem(key):
+            raise LLMConfigError(f"{API_KEY_ENV}: {key_problem(key)}")
         super().__init__(timeout_s, retries, backoff_s, (key,), sleep)
         from google import genai
         from google.genai import errors, types
@@ -460,6 +462,8 @@ class OpenAIBackend(HTTPBackend):
         if not str(model).strip():
             raise LLMConfigError("llm.model: backend 'openai' needs the name the server serves the model under")
         key = os.environ.get(OPENAI_API_KEY_ENV, "").strip()
+        if key and key_problem(key):
+            raise LLMConfigError(f"{OPENAI_API_KEY_ENV}: {key_problem(key)}")
         super().__init__(timeout_s, retries, backoff_s, (key,) if key else (), sleep)
         import openai
 

@@ -34,6 +34,10 @@ VALIDATION_FAILURES = (
 )
 """Failure kinds produced by :func:`validate_advice`."""
 
+MAX_ANSWER_CHARS = 65_536
+"""Longest answer kept (its JSON text, in characters): a longer one is refused as a ``backend_error`` before
+it is validated, ledgered or cached, so no stored answer, ledger line or cache row is ever larger."""
+
 DEFAULT_MAX_PLAN_LEN = 32
 """Longest accepted ``plan`` unless the caller says otherwise (see ``llm.plan_max_len``)."""
 
@@ -155,6 +159,16 @@ def validate_advice(
         notes=texts["notes"] or "",
     )
     return advice, None
+
+
+def answer_size(raw: object) -> int:
+    """Characters of a raw answer as it would be stored: the text itself, or a dict's JSON encoding."""
+    if isinstance(raw, (str, bytes)):
+        return len(raw)
+    try:
+        return len(json.dumps(raw))
+    except (TypeError, ValueError, RecursionError):
+        return MAX_ANSWER_CHARS + 1
 
 
 def advice_to_dict(advice: Advice) -> dict:
