@@ -832,6 +832,10 @@ def compare_experiment(name: str, root: Path = Path("."), out: Path | None = Non
     metrics_table = run_metrics_table(pairs)
     table = comparison_table(decl, metrics_table)
     decided = verdict(decl, table, metrics_table)
+    missing = sum(not (folder / "done").is_file() for _, folder in pairs)
+    if missing:  # a rule applied to part of its grid decides nothing
+        decided = {"verdict": "incomplete", "reason": f"{missing} of {len(pairs)} runs have not finished",
+                   "scores": decided.get("scores")}
     out = out or root / RESULTS_DIR / name
     run_commits = commit_counts([folder for _, folder in pairs if (folder / "done").is_file()])
     rec = record(decl, table, decided, current_commit(root), run_commits)
