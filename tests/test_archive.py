@@ -238,6 +238,7 @@ def test_a_half_archived_grid_trains_only_the_other_half_and_compares_from_the_a
         folder = _finish(r, r.default_dir(root))
         ar.archive_run(folder, root / ex.ARCHIVE_ROOT)
     first = ex.compare_experiment("exp", root)
+    assert first["verdict"] == "incomplete" and first["reason"].startswith("3 of 9 runs")
     table = (root / ex.RESULTS_DIR / "exp" / "comparison.csv").read_text()
     figure = (root / ex.RESULTS_DIR / "exp" / "fig_success.png").read_bytes()
     shutil.rmtree(root / "results")
