@@ -570,7 +570,7 @@ def test_code_that_keeps_failing_is_disabled():
 def test_llm_bridge_drops_disabled_feature_code():
     from types import SimpleNamespace
 
-    from lore.train.llm_bridge import LLMBridge
+    from lore.method.advisor import LLMBridge
 
     looping = _fn("while True:\n    pass")
     advice = SimpleNamespace(prior_logits=np.zeros(3, np.float32), confidence=1.0, source="llm",

@@ -367,7 +367,7 @@ class FeatureEncoder(nn.Module):
 
     def forward(self, features: Tensor, mask: Tensor) -> Tensor:  # [..., F], [...] -> [..., U]
         if features.shape[-1] != self.n_features:
-            raise ValueError(f"llm_features has {features.shape[-1]} features, features.n_features is {self.n_features}")
+            raise ValueError(f"features has {features.shape[-1]} features, features.n_features is {self.n_features}")
         features = torch.nan_to_num(features.float(), nan=0.0, posinf=0.0, neginf=0.0)
         return self.net(symlog(features)) * mask.float().unsqueeze(-1)
 

@@ -25,7 +25,7 @@ written, and the persistent LLM cache is neither read nor written (its content w
 numbers depend on history). The only file written in the run directory is the output.
 
 ``--with-prior`` mixes the LLM prior in as at act time in training, through the same
-:class:`~lore.train.llm_bridge.LLMBridge` and controller (fresh: full budget, no remembered
+:class:`~lore.method.advisor.LLMBridge` and controller (fresh: full budget, no remembered
 answers), with the run's backend (``scripted`` works offline) and its advice trust and
 temperature from the checkpoint; training-only randomisation is off (beta dropout, control
 episodes, temperature refits), so every step may use the advice. CEM planning is not applied.
@@ -272,11 +272,11 @@ def _prior_eval_config(cfg: RunConfig) -> RunConfig:
 
 
 def _load_agent(cfg: RunConfig, env, payload: dict, device: torch.device, with_prior: bool):
-    from lore.dreamer.agent import DreamerAgent
+    from lore.method import LoReAgent
     from lore.train.checkpoint import CheckpointError, agent_mismatch
 
-    agent = DreamerAgent(env.observation_space, int(env.action_space.n), cfg, device)
-    state = payload["agent"]
+    agent = LoReAgent(env.observation_space, int(env.action_space.n), cfg, device)
+    state = agent.upgrade_state(payload["agent"])
     mismatch = agent_mismatch(agent.state_dict(), state)
     if mismatch:
         raise CheckpointError(mismatch)
@@ -295,7 +295,7 @@ def _make_bridge(cfg: RunConfig, env, agent, saved: dict | None, with_prior: boo
     advisor's noise is seeded by the evaluation seed.
     """
     from lore.envs.vector import VectorEnv
-    from lore.train.llm_bridge import LLMBridge
+    from lore.method.advisor import LLMBridge
 
     llm = dataclasses.replace(cfg.llm, cache_path=None, simulated_latency_ms=0.0)
     if not with_prior and llm.backend != "none":

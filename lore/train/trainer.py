@@ -26,7 +26,6 @@ import numpy as np
 import torch
 
 from lore.config import ConfigError, RunConfig, config_from_saved, dotted, save_config, to_dict
-from lore.prior.trust import is_failure
 from lore.train.checkpoint import (
     CheckpointError,
     agent_mismatch,
@@ -49,8 +48,6 @@ from lore.utils.provenance import code_version, run_provenance
 
 CHECKPOINT = "checkpoint.pt"
 DONE = "done"
-# Per-env LLM inputs at act time (see LLMBridge.inputs); stored in replay as ``llm_<key>``.
-LLM_INPUT_KEYS = ("prior_logits", "mask", "confidence", "features", "features_mask", "source")
 
 
 class Preempted(Exception):
@@ -217,8 +214,8 @@ class EpisodeTracker:
 
 class Trainer:
     def __init__(self, cfg: RunConfig, run_dir: str | Path, show_progress: bool | None = None):
-        from lore.dreamer.agent import DreamerAgent
         from lore.envs import make_vector_env
+        from lore.method import LoReAgent
         from lore.train.evaluate import make_eval_envs
 
         self.cfg = cfg
@@ -241,7 +238,7 @@ class Trainer:
         self.num_envs = cfg.env.num_envs
         self.num_actions = int(self.envs.action_space.n)
         obs_space = self.envs.single_observation_space
-        self.agent = DreamerAgent(obs_space, self.num_actions, cfg, self.device)
+        self.agent = LoReAgent(obs_space, self.num_actions, cfg, self.device, envs=self.envs, run_dir=self.run_dir)
         self.random_policy = cfg.train.policy == "random"
         # what acts in evaluations: the agent, or the uniform-random baseline
         self.eval_policy = UniformRandomPolicy(self.num_actions, cfg.seed) if self.random_policy else self.agent
@@ -250,10 +247,6 @@ class Trainer:
         memmap_dir = str(self.run_dir / "replay_memmap") if cfg.train.replay_memmap else None
         self.replay = SequenceReplay(spec, self.num_envs, replay_capacity(cfg), cfg.train.batch_size,
                                      cfg.train.batch_length, memmap_dir=memmap_dir)
-
-        from lore.train.llm_bridge import LLMBridge
-
-        self.bridge = LLMBridge(cfg, self.run_dir, self.envs, self.agent)
 
         self.eval_table = CsvTable(self.run_dir / "eval.csv")
         self.episode_table = CsvTable(self.run_dir / "episodes.csv")
@@ -357,7 +350,7 @@ class Trainer:
         self.agent_state = self.agent.initial_state(self.num_envs)
         for i in range(self.num_envs):
             self.pending[i] = self._row(i, obs, reward=0.0, first=True, terminal=False, last=False)
-        self.bridge.on_reset(np.ones(self.num_envs, dtype=bool))
+        self.agent.begin(np.ones(self.num_envs, dtype=bool))
 
     def _row(self, i: int, obs: dict, reward: float, first: bool, terminal: bool, last: bool) -> dict:
         row = {f"obs.{k}": np.asarray(v[i]) for k, v in obs.items()}
@@ -367,39 +360,23 @@ class Trainer:
     def _collect_step(self) -> None:
         cfg = self.cfg
         prefill = self.random_policy or self.env_step < cfg.train.prefill  # both act at random
-        llm_in = self.bridge.inputs(self.env_step)
         obs_t = {k: torch.as_tensor(v, device=self.device) for k, v in self.obs.items()}
         first_t = torch.as_tensor(self.is_first, device=self.device)
-        llm_t = {k: torch.as_tensor(v, device=self.device) for k, v in llm_in.items()}
-        out = self.agent.act(obs_t, first_t, self.agent_state, llm_t, self.env_step, sample=True,
-                             consult=self.bridge.consult(self.env_step, prefill))
-        self.agent_state = out.state
-        if prefill:
-            actions = np.random.randint(0, self.num_actions, size=self.num_envs)
-            beta = np.zeros(self.num_envs, dtype=np.float32)
-        else:
-            actions = out.action.cpu().numpy()
-            actions = self.bridge.maybe_plan(self.env_step, out, actions)
-            beta = out.beta.float().cpu().numpy()
-            self._record_act(out, llm_in)
-        actions_t = torch.as_tensor(actions, device=self.device)
-        self.agent_state = self.agent.set_action(self.agent_state, actions_t) if hasattr(self.agent, "set_action") \
-            else self.agent_state
+        step = self.agent.explore(obs_t, first_t, self.agent_state, self.env_step, prefill)
+        self.agent_state = step.state
+        actions = step.actions
+        for k, v in step.metrics.items():
+            self.act_metrics.setdefault(k, []).append(v)
         for i in range(self.num_envs):
             row = self.pending[i]
             row["action"] = np.int64(actions[i])
-            row["llm_beta"] = np.float32(beta[i])
-            for key in LLM_INPUT_KEYS:
-                row[f"llm_{key}"] = llm_in[key][i]
+            row.update({key: values[i] for key, values in step.fields.items()})
             self.replay.add(i, row)
-        self.bridge.after_act(self.env_step, out, actions, beta, prefill)
 
         obs, reward, terminated, truncated, info = self.envs.step(actions)
         self.env_step += self.num_envs
         done = np.logical_or(terminated, truncated)
-        if not prefill:
-            failed = torch.as_tensor([is_failure(terminated[i], reward[i]) for i in range(self.num_envs)])
-            self.agent.prior.observe_steps(out.action_changed, torch.as_tensor(llm_in["source"]), failed)
+        episodes = []
         for i in range(self.num_envs):
             self.tracker.returns[i] += float(reward[i])
             self.tracker.lengths[i] += 1
@@ -409,33 +386,20 @@ class Trainer:
                 final_obs = info["final_obs"][i]
                 last = {k: np.asarray(v)[None] for k, v in final_obs.items()}
                 row = self._row(0, last, float(reward[i]), first=False, terminal=bool(terminated[i]), last=True)
-                row.update(action=np.int64(0), llm_beta=np.float32(0.0), **self.bridge.empty_llm_row())
+                row.update(action=np.int64(0), **self.agent.empty_fields())
                 self.replay.add(i, row)
-                self.episode_table.append({
-                    "env_step": self.env_step, "episode": self.episodes_done, "env_index": i,
-                    "return": self.tracker.returns[i], "length": self.tracker.lengths[i],
-                    "success": self.tracker.successes[i],
-                    **(self.agent.prior.episode_record(i) if self.agent.prior.cfg.enabled else {}),
-                })
-                self.episodes_done += 1
-                if self.env_step > self.cfg.train.prefill:  # prefill episodes act at random
-                    self.agent.prior.observe_episode(i, self.tracker.returns[i])
+                episodes.append((i, self.tracker.returns[i], self.tracker.lengths[i], self.tracker.successes[i]))
                 self.tracker.returns[i], self.tracker.lengths[i] = 0.0, 0
                 self.pending[i] = self._row(i, obs, 0.0, first=True, terminal=False, last=False)
             else:
                 self.pending[i] = self._row(i, obs, float(reward[i]), first=False, terminal=False, last=False)
+        records = self.agent.observe(self.env_step, actions, reward, terminated, done, [e[:2] for e in episodes])
+        for i, episode_return, length, success in episodes:
+            self.episode_table.append({"env_step": self.env_step, "episode": self.episodes_done, "env_index": i,
+                                       "return": episode_return, "length": length, "success": success, **records[i]})
+            self.episodes_done += 1
         self.obs = obs
         self.is_first = done.copy()
-        self.bridge.on_env_step(self.env_step, actions, reward, done)
-
-    def _record_act(self, out, llm_in: dict) -> None:
-        # beta and the u-signals are reported by the prior layer itself (PriorLayer.metrics).
-        values = {
-            "llm_action_changed_frac": out.action_changed.float().mean().item(),
-            "llm_prior_applied_frac": float(np.mean(llm_in["mask"])),
-        }
-        for k, v in values.items():
-            self.act_metrics.setdefault(k, []).append(v)
 
     def _update(self) -> None:
         t0 = time.perf_counter()
@@ -448,7 +412,6 @@ class Trainer:
         self.updates += 1
         for k, v in metrics.items():
             self.train_metrics.setdefault(k, []).append(float(v))
-        self.bridge.after_update(self.env_step, batch, self.updates)
         self.update_time += time.perf_counter() - t0
 
     # ------------------------------------------------------------------ evaluation
@@ -456,7 +419,7 @@ class Trainer:
         from lore.train.evaluate import evaluate_policy
 
         result = evaluate_policy(self.eval_policy, self.eval_envs, self.cfg, self.device, eval_index=len(self.eval_table.rows),
-                                 llm_inputs=self.bridge.eval_inputs,
+                                 llm_inputs=self.agent.eval_features,
                                  should_stop=lambda: self._stop_signal is not None)
         if result is None:  # preempted mid-evaluation: the checkpoint comes next, the eval is redone on resume
             return
@@ -474,8 +437,7 @@ class Trainer:
             for key, values in source.items():
                 finite = [v for v in values if math.isfinite(v)]
                 row[key] = float(np.mean(finite)) if finite else float("nan")
-        row.update(self.agent.prior.metrics() if hasattr(self.agent, "prior") else {})
-        row.update(self.bridge.metrics())
+        row.update(self.agent.metrics())
         row["steps_per_s"] = self.env_step / max(self.wall_time, 1e-9)
         row["update_ms"] = 1000.0 * self.update_time / max(self.updates, 1)
         row["update_time_frac"] = self.update_time / max(self.wall_time, 1e-9)
@@ -535,7 +497,7 @@ class Trainer:
             "obs": self.obs,
             "is_first": self.is_first,
             "pending": self.pending,
-            "bridge": self.bridge.state_dict(),
+            "bridge": self.agent.advisor_state(),
             "tables": {"eval": self.eval_table.state_dict(), "episodes": self.episode_table.state_dict(),
                        "metrics": self.metric_table.state_dict()},
             "rng": rng_state(),
@@ -549,6 +511,8 @@ class Trainer:
         if saved_cfg_path.exists():
             check_same_config(config_from_saved(saved_cfg_path), self.cfg, self.run_dir)
         initial = {k: v.cpu() for k, v in self.agent.initial_state(self.num_envs).items()}
+        if isinstance(payload.get("agent"), dict):
+            payload = {**payload, "agent": self.agent.upgrade_state(payload["agent"])}
         mismatch = (checkpoint_mismatch(payload, self.cfg)
                     or agent_mismatch(self.agent.state_dict(), payload["agent"])
                     or state_mismatch(initial, payload.get("agent_state"), "agent_state"))
@@ -590,11 +554,10 @@ class Trainer:
         names = [e.name for e in self.envs.envs] if isinstance(self.envs, VectorEnv) else None
         if names != [self.cfg.env.name] * self.num_envs:
             raise ValueError(f"its training envs are {names}, not {self.num_envs} x {self.cfg.env.name}")
-        self.bridge.envs = self.envs
         self.obs = payload["obs"]
         self.is_first = payload["is_first"]
         self.pending = payload["pending"]
-        self.bridge.load_state_dict(payload["bridge"])
+        self.agent.load_advisor_state(payload["bridge"], self.envs)
         self.eval_table.load_state_dict(payload["tables"]["eval"])
         self.episode_table.load_state_dict(payload["tables"]["episodes"])
         self.metric_table.load_state_dict(payload["tables"]["metrics"])
@@ -605,10 +568,10 @@ class Trainer:
             self._evaluate()
         elif not self.eval_table.rows:
             self._evaluate()
-        self.bridge.settle()  # before the final metrics row: it must count the LLM calls still in flight
+        self.agent.settle()  # before the final metrics row: it must count the LLM calls still in flight
         self._log()
         self._checkpoint()
-        self.bridge.close()
+        self.agent.close()
         last = self.eval_table.rows[-1]
         summary = {
             "env_step": self.env_step,
@@ -618,7 +581,7 @@ class Trainer:
             "cpu_s": round(self.cpu_time, 2),
             "final_success_rate": last["success_rate"],
             "final_return_mean": last["return_mean"],
-            **{k: v for k, v in self.bridge.metrics().items() if k.startswith("llm_calls")},
+            **self.agent.call_counts(),
             "provenance": {**run_provenance(torch.get_num_threads()), "code_versions": self.code_versions},
         }
         atomic_write_text(self.run_dir / DONE, json.dumps(summary, indent=2) + "\n")
