@@ -17,6 +17,7 @@ from lore.analysis.latex import fmt_ci, fmt_rate, fmt_steps
 from lore.analysis.paper import macros_tex, write_generated
 from lore.analysis.runs import RunDataError, load_run, load_runs
 from lore.analysis.synthetic import SyntheticRun, achievement_names, run_dir_for, write_grid, write_run
+from lore.envs.crafter import crafter_score
 
 ENV = "MiniGrid-DoorKey-5x5-v0"
 
@@ -108,12 +109,12 @@ def test_window_metric_is_the_cumulative_training_success_median():
 
 
 def test_crafter_score_formula():
-    assert st.crafter_score(np.zeros(22)) == pytest.approx(0.0)
-    assert st.crafter_score(np.ones(22)) == pytest.approx(100.0)
+    assert crafter_score(np.zeros(22)) == pytest.approx(0.0)
+    assert crafter_score(np.ones(22)) == pytest.approx(100.0)
     # Half the achievements always, half never: exp(mean(ln 101, ln 1)) - 1 = sqrt(101) - 1
-    assert st.crafter_score(np.r_[np.ones(11), np.zeros(11)]) == pytest.approx(math.sqrt(101) - 1)
+    assert crafter_score(np.r_[np.ones(11), np.zeros(11)]) == pytest.approx(math.sqrt(101) - 1)
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
-        st.crafter_score(np.array([50.0]))  # percentages are not rates
+        crafter_score(np.array([50.0]))  # percentages are not rates
 
 
 # --------------------------------------------------------------------------- run directories
@@ -201,7 +202,7 @@ def test_crafter_runs_get_score_and_achievement_table(tmp_path):
                        SyntheticRun(env="crafter", ablation="rl_only", seed=s, steps=2000, eval_every=1000,
                                     achievement_rates=rates)) for s in range(2)]
     tables = aggregate(load_runs(paths), SETTINGS)
-    assert _stat(tables, "rl_only", "crafter_score", "mean", env="crafter") == pytest.approx(st.crafter_score(rates))
+    assert _stat(tables, "rl_only", "crafter_score", "mean", env="crafter") == pytest.approx(crafter_score(rates))
     ach = tables.achievements
     assert len(ach) == 22 and set(ach["achievement"]) == set(names)
     assert ach.set_index("achievement").loc[names[-1], "rate"] == pytest.approx(1.0)

@@ -28,12 +28,12 @@ class PolicyAct:
 def crafter_score(rates_percent: list[float]) -> float:
     """Crafter score: exp(mean ln(1 + s_i)) - 1 over achievement success rates in percent.
 
-    The formula itself lives in :func:`lore.analysis.stats.crafter_score` (rates in [0, 1]): the
+    The formula itself lives in :func:`lore.envs.crafter.crafter_score` (rates in [0, 1]): the
     ``crafter_score`` column of ``eval.csv`` and the one of the statistics tables are the same function.
     """
     if not rates_percent:
         return float("nan")
-    from lore.analysis.stats import crafter_score as score_from_rates
+    from lore.envs.crafter import crafter_score as score_from_rates
 
     return score_from_rates(np.asarray(rates_percent, dtype=np.float64) / 100.0)
 

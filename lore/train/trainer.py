@@ -39,10 +39,10 @@ from lore.train.checkpoint import (
     set_rng_state,
     state_mismatch,
 )
+from lore.train.progress import eta_seconds, format_duration, log_points, training_rate
 from lore.train.random_policy import UniformRandomPolicy
 from lore.train.records import CsvTable, TensorBoard
 from lore.train.replay import SequenceReplay, space_row_spec
-from lore.train.status import eta_seconds, format_duration, log_points, training_rate
 from lore.utils.io import atomic_write_text, expand_run_dir, remove_stale_temporaries
 from lore.utils.provenance import code_version, run_provenance
 
