@@ -58,6 +58,17 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+def reaches(graph: dict[str, set[str]], package: str) -> set[str]:
+    """Every module the modules of ``package`` import, directly or not."""
+    seen, todo = set(), [m for m in graph if m == package or m.startswith(package + ".")]
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo.extend(graph[module])
+    return seen
+
+
 def test_find_cycle_finds_a_deferred_cycle_and_passes_a_tree():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
@@ -73,13 +84,7 @@ def test_lore_has_no_import_cycles():
 @pytest.mark.parametrize("package", ["lore.sandbox"])
 def test_the_feature_sandbox_does_not_depend_on_the_llm_client(package):
     """The sandbox is a security boundary: it must not import the LLM client (or anything that does)."""
-    graph = import_graph()
-    seen, todo = set(), [m for m in graph if m == package or m.startswith(package + ".")]
-    while todo:
-        module = todo.pop()
-        if module not in seen:
-            seen.add(module)
-            todo.extend(graph[module])
+    seen = reaches(import_graph(), package)
     assert not {m for m in seen if m.startswith("lore.llm")}, sorted(seen)
 
 
@@ -175,17 +180,6 @@ def test_every_room_and_door_is_described():
     rooms = {room_of(m) for m in import_graph() if m.count(".") >= 1 and (LORE / m.split(".")[1]).is_dir()}
     assert rooms - SHARED == set(ROOMS), "a package without a line in ROOMS (or a line for one that is gone)"
     assert sorted(dreamer_doors()) == sorted(DOORS), "DreamerAgent's extension points and DOORS differ"
-
-
-def reaches(graph: dict[str, set[str]], package: str) -> set[str]:
-    """Every module the modules of ``package`` import, directly or not."""
-    seen, todo = set(), [m for m in graph if m == package or m.startswith(package + ".")]
-    while todo:
-        module = todo.pop()
-        if module not in seen:
-            seen.add(module)
-            todo.extend(graph[module])
-    return seen
 
 
 def test_dreamer_is_dreamerv3_alone():
