@@ -2,6 +2,7 @@
 LoReAgent (the method around it): the prior at act time, its actor term, PriorNet, the planner's and the
 trust's reads of the world model."""
 
+import copy
 import io
 
 import gymnasium
@@ -256,6 +257,42 @@ def test_state_dict_round_trip_continues_identically():
     assert m_a == m_b
     for x, y in zip(agent.state_dict()["wm"].values(), clone.state_dict()["wm"].values(), strict=True):
         assert torch.equal(x, y)
+
+
+def with_latent_ensemble(state: dict, members: int = 2) -> dict:
+    """``state`` as a world model with a one-step latent ensemble saved it: ``wm.ensemble.*`` after the
+    continue head, and their (stateless) entries in the world model's Adam, the later indices shifted."""
+    from lore.dreamer.networks import EnsembleMLP
+
+    wm = state["wm"]
+    extra = {f"ensemble.{k}": v for k, v in EnsembleMLP(members, 8, 4, 2, 6).state_dict().items()}
+    keys = list(wm)
+    cut = max(i for i, k in enumerate(keys) if k.startswith("continue_head.")) + 1
+    before = sum(1 for k in keys[:cut])  # every world-model entry is a parameter (no persistent buffers)
+    shift = lambda i: i if i < before else i + len(extra)  # noqa: E731
+    opt = state["wm_opt"]
+    return {**state, "wm": {**{k: wm[k] for k in keys[:cut]}, **extra, **{k: wm[k] for k in keys[cut:]}},
+            "wm_opt": {"state": {shift(i): v for i, v in opt["state"].items()},
+                       "param_groups": [{**g, "params": list(range(len(g["params"]) + len(extra)))}
+                                        for g in opt["param_groups"]]}}
+
+
+@pytest.mark.parametrize("overrides", [(), ("distill.enabled=true", "features.enabled=true")])
+def test_a_checkpoint_with_a_latent_ensemble_loads_without_it(overrides):
+    agent = DreamerAgent(symbolic_space(), A, make_cfg(*overrides))
+    agent.train_step(make_batch(seed=1))
+    state = agent.state_dict()
+    old = with_latent_ensemble(state)
+    assert any(k.startswith("ensemble.") for k in old["wm"])
+    upgraded = agent.upgrade_state(old)
+    assert list(upgraded["wm"]) == list(state["wm"])
+    assert upgraded["wm_opt"]["param_groups"] == state["wm_opt"]["param_groups"]
+    assert sorted(upgraded["wm_opt"]["state"]) == sorted(state["wm_opt"]["state"])
+    for i, entry in state["wm_opt"]["state"].items():
+        assert torch.equal(upgraded["wm_opt"]["state"][i]["exp_avg"], entry["exp_avg"])
+    clone = DreamerAgent(symbolic_space(), A, make_cfg(*overrides))
+    clone.load_state_dict(copy.deepcopy(old))  # loads as is: the upgrade runs inside
+    assert clone.train_step(make_batch(seed=2)) == agent.train_step(make_batch(seed=2))
 
 
 def test_loss_scale_table_must_match_computed_losses():
