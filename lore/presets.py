@@ -16,9 +16,9 @@ m          1024   640    3        32     32      48         pixel Crafter on GPU
 every size; ``xs`` keeps the 32 latents but has 16 classes each (half the latent width, for CPU
 cost), so it is not the paper's XS, and ``debug`` shrinks both only to keep tests fast. ``bins`` is the two-hot support size (255),
 ``value_heads`` the bootstrapped critic heads (their spread is the gate's value signal; their draws
-score the advice), ``ensemble`` the one-step latent predictors for world-model disagreement (built but,
-as nothing reads the disagreement, neither trained nor queried), ``feature_units`` the width
-of the late-fusion encoder for LLM features.
+score the advice), ``ensemble`` the member count of a one-step latent ensemble whose initial weights the
+world model draws and drops (so the weights drawn after them stay as every recorded run had them; nothing
+trains or reads the ensemble), ``feature_units`` the width of the late-fusion encoder for LLM features.
 
 An update costs roughly 3x more per preset step (debug < xs < s < m); on CPU use debug or xs.
 """
