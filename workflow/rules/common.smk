@@ -159,15 +159,17 @@ def shared_cache(wildcards):
 # The code each analysis rule runs (its `python -m lore.analysis.cli <command>` and every lore module
 # that command imports), declared as inputs: editing it reruns the rule and what depends on it.
 # tests/test_workflow.py checks these lists against the modules the commands load.
+# the Crafter score is Crafter's (lore/envs/crafter.py), and importing it loads the envs package
+_ENVS_CODE = ["envs/base", "envs/crafter", "envs/factory", "envs/minigrid", "envs/vector"]
 _TABLES_CODE = ["analysis/cli", "analysis/aggregate", "analysis/runs", "analysis/stats", "analysis/settings",
-                "analysis/latex", "analysis/synthetic", "analysis/outputs", "utils/io", "ablations"]
+                "analysis/latex", "analysis/synthetic", "analysis/outputs", "utils/io", "ablations", *_ENVS_CODE]
 ANALYSIS_CODE = {
     "aggregate": _TABLES_CODE,
     "figures": _TABLES_CODE + ["analysis/figures"],
     "paper_macros": _TABLES_CODE + ["analysis/figures", "analysis/paper", "config"],
     # paper-build only compiles the TeX, but loading lore.analysis.paper loads the table code too
     "paper": ["analysis/cli", "analysis/paper", "analysis/aggregate", "analysis/latex", "analysis/runs",
-              "analysis/settings", "analysis/stats", "analysis/outputs", "utils/io"],
+              "analysis/settings", "analysis/stats", "analysis/outputs", "utils/io", *_ENVS_CODE],
     "benchmark_report": _TABLES_CODE + ["analysis/benchmark_report"],
 }
 
