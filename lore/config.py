@@ -149,11 +149,14 @@ class ControllerConfig:
 
 @dataclass
 class LLMConfig:
-    backend: Literal["none", "scripted", "gemini", "replay"] = "scripted"
+    backend: Literal["none", "scripted", "gemini", "openai", "replay"] = "scripted"
     model: str = "gemini-2.5-flash-lite"
+    """The model's name at its endpoint (``openai``: as the server lists it under ``GET /v1/models``)."""
     base_url: str | None = None
-    """Overrides the Gemini endpoint; the SDK also honours GOOGLE_GEMINI_BASE_URL."""
+    """``gemini``: overrides the Gemini endpoint (the SDK also honours GOOGLE_GEMINI_BASE_URL); ``openai``: the
+    OpenAI-compatible server, e.g. ``http://127.0.0.1:8000/v1`` (or OPENAI_BASE_URL)."""
     api_version: str | None = None
+    """Gemini API version (``gemini`` only)."""
     timeout_s: float = 20.0
     retries: int = 3
     backoff_s: float = 0.5
@@ -991,6 +994,10 @@ def _check_env_name(name: str) -> None:
                       f"or a registered MiniGrid-* id ({len(grid_ids)} of them, e.g. MiniGrid-DoorKey-5x5-v0)")
 
 
+MAX_PLAN_WORK = 2**20
+"""Most imagined latent steps (``plan.samples * plan.horizon * plan.iterations``) one planning call may take."""
+
+
 def validate_semantics(cfg: RunConfig) -> None:
     """Ranges of every numeric key, then the cross-field checks that types alone cannot express."""
     check_ranges(cfg)
@@ -1019,7 +1026,19 @@ def validate_semantics(cfg: RunConfig) -> None:
          f"({cfg.prior.temperature_max:g})"),
         (cfg.plan.elites <= cfg.plan.samples,
          f"plan.elites ({cfg.plan.elites}) must be <= plan.samples ({cfg.plan.samples})"),
+        (cfg.plan.samples * cfg.plan.horizon * cfg.plan.iterations <= MAX_PLAN_WORK,
+         f"plan.samples * plan.horizon * plan.iterations ({cfg.plan.samples} * {cfg.plan.horizon} * "
+         f"{cfg.plan.iterations}) must be <= {MAX_PLAN_WORK:,} imagined latent steps per planning call: each env "
+         f"step would take minutes"),
+        (env.num_envs <= t.steps - t.prefill,
+         f"env.num_envs ({env.num_envs}) must be <= train.steps - train.prefill ({t.steps} - {t.prefill}): one "
+         f"step of all envs would end the run before it trained"),
+        (env.num_envs * t.batch_length <= t.steps,
+         f"env.num_envs * train.batch_length ({env.num_envs} * {t.batch_length}) must be <= train.steps "
+         f"({t.steps}): each env would collect fewer steps than one sequence, so the run would never train"),
         (cfg.llm.backend != "replay" or cfg.llm.replay_ledger, "llm.backend=replay needs llm.replay_ledger"),
+        (cfg.llm.backend != "openai" or cfg.llm.api_version is None,
+         "llm.api_version: a Gemini API version, not read by llm.backend=openai; drop it"),
         (env.crafter_view % 2 == 1,
          f"env.crafter_view must be odd (the player sits in the centre), got {env.crafter_view}"),
         (env.crafter_view <= env.crafter_area,
@@ -1064,7 +1083,7 @@ def check_advisor_settings(cfg: RunConfig) -> None:
     for key in ADVISED_SETTINGS:
         if _get(cfg, key):
             raise ConfigError(f"{key}: true needs advice, but llm.backend is 'none' (ablation {cfg.ablation} asks "
-                              f"no LLM); set llm.backend to scripted, gemini or replay, or drop {key}")
+                              f"no LLM); set llm.backend to scripted, gemini, openai or replay, or drop {key}")
 
 
 # --------------------------------------------------------------------------- Crafter-specific settings

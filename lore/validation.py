@@ -45,7 +45,7 @@ def url_problem(url: str) -> str | None:
     if ":" not in parts.hostname and not re.fullmatch(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?", parts.hostname):
         return f"{show(parts.hostname)} is not a host name (letters, digits, dots and hyphens)"
     if parts.username is not None or parts.password is not None:
-        return "credentials in the URL (the API key goes in GEMINI_API_KEY)"
+        return "credentials in the URL (the API key goes in GEMINI_API_KEY or OPENAI_API_KEY)"
     if port == 0:
         return "port 0 is not a port to connect to"
     if parts.query or parts.fragment:

@@ -10,7 +10,6 @@ Atomic outputs are checked last: a full disk and a SIGKILL mid-write keep the pr
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 import shutil
 import signal
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from workflow_helpers import snapshot
 
 from lore.analysis.cli import main as analysis_main
 from lore.analysis.synthetic import write_grid
@@ -51,22 +51,6 @@ def scratch(pristine, tmp_path) -> Path:
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "previous.txt").write_text("an earlier output, to be left alone\n")
     return tmp_path
-
-
-def snapshot(root: Path) -> dict[str, str]:
-    """Every path under ``root`` (links not followed) with a digest of its bytes, or what it is."""
-    seen = {}
-    for folder, dirs, files in os.walk(root):
-        for name in dirs + files:
-            path = Path(folder) / name
-            rel = path.relative_to(root).as_posix()
-            if path.is_symlink():
-                seen[rel] = "link:" + os.readlink(path)
-            elif path.is_dir():
-                seen[rel] = "dir"
-            else:
-                seen[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
-    return seen
 
 
 def run_cli(capsys, args: list[str]) -> tuple[int, str]:

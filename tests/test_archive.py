@@ -238,7 +238,9 @@ def test_a_half_archived_grid_trains_only_the_other_half_and_compares_from_the_a
         folder = _finish(r, r.default_dir(root))
         ar.archive_run(folder, root / ex.ARCHIVE_ROOT)
     first = ex.compare_experiment("exp", root)
+    assert first["verdict"] == "incomplete" and first["reason"].startswith("3 of 9 runs")
     table = (root / ex.RESULTS_DIR / "exp" / "comparison.csv").read_text()
+    figure = (root / ex.RESULTS_DIR / "exp" / "fig_success.png").read_bytes()
     shutil.rmtree(root / "results")
     proc = run_snakemake(root, "-n", "--config", "experiment=exp", timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -246,7 +248,11 @@ def test_a_half_archived_grid_trains_only_the_other_half_and_compares_from_the_a
     assert "9 runs: 6 archived, 0 finished, 0 running, 3 missing" in proc.stderr
     again = ex.compare_experiment("exp", root)
     assert (root / ex.RESULTS_DIR / "exp" / "comparison.csv").read_text() == table
+    assert (root / ex.RESULTS_DIR / "exp" / "fig_success.png").read_bytes() == figure
     assert again["comparison"] == first["comparison"] and again["run_commits"] == {"unknown": 6}
+    md = (root / ex.RESULTS_DIR / "exp" / "comparison.md").read_text()
+    assert "Code: runs from commit unknown (6)." in md
+    assert f"| {DOORKEY} | full_half | " in md and md.count("(n = 2)") == 6  # 3 arms × (AUC, final SR)
 
 
 def test_missing_runs_launch_seed_by_seed_with_the_decision_runs_first(tmp_path):

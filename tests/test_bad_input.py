@@ -371,7 +371,7 @@ def test_contradictions(sandbox, capsys, overrides, needle):
     (["--set", "dreamer.critic_trunk=tied"], "dreamer.critic_trunk"),
     (["--set", "dreamer.uncertainty_head_steps=99"], "dreamer.uncertainty_head_steps"),
     (["--set", "train.compile=graph"], "train.compile"),
-    (["--set", "llm.backend=openai"], "llm.backend"),
+    (["--set", "llm.backend=anthropic"], "llm.backend"),
     (["--set", "train=5"], "train"),
     (["--set", "train.steps"], "KEY=VALUE"),
     (["--set", "=3"], "dotted key"),

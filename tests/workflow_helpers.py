@@ -7,6 +7,7 @@ directory, so results/, paper/generated/ and .snakemake/ of a test never touch t
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -340,3 +341,22 @@ def _total_memory_mb() -> int:
         if line.startswith("MemTotal:"):
             return int(line.split()[1]) // 1024 - 512  # leave room for the OS
     return 2000
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """Every path under ``root`` (links not followed, FIFOs and devices never opened) with a digest of its
+    bytes, or what it is."""
+    seen = {}
+    for folder, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = Path(folder) / name
+            rel = path.relative_to(root).as_posix()
+            if path.is_symlink():
+                seen[rel] = "link:" + os.readlink(path)
+            elif path.is_dir():
+                seen[rel] = "dir"
+            elif path.is_file():
+                seen[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+            else:
+                seen[rel] = "special"
+    return seen

@@ -17,6 +17,7 @@ from __future__ import annotations
 import csv
 import errno
 import fcntl
+import functools
 import hashlib
 import io
 import json
@@ -73,7 +74,9 @@ def _flat(value) -> dict:
     return dotted(json.loads(json.dumps(value)))
 
 
+@functools.lru_cache(maxsize=1)
 def _defaults() -> dict:
+    """The code's default settings, flat (built once per process; callers only read it)."""
     from lore.config import build_config, to_dict
 
     return _flat(to_dict(build_config(None, [], None)))

@@ -17,6 +17,7 @@ import argparse
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -87,8 +88,108 @@ class Declaration:
     data: dict = field(repr=False, default_factory=dict)
 
 
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+"""An experiment name: an identifier of ASCII letters, digits and ``_`` (it names files, never a path)."""
+MAX_RECORD_BYTES = 1 << 20
+"""Largest experiment record or imported log read (each is a few KB)."""
+MAX_RECORD_DEPTH = 8
+"""Deepest nesting of a record (an object of a list of flat objects is 3 deep)."""
+
+
+def check_name(name: object, what: str = "experiment") -> str:
+    """``name`` when it is an experiment name (:data:`NAME`); :class:`ExperimentError` otherwise."""
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        from lore.validation import show
+
+        raise ExperimentError(f"{what} {show(name)}: not an experiment name (ASCII letters, digits and _, "
+                              f"not starting with a digit, at most 64 characters)")
+    return name
+
+
 def declaration_path(name: str, root: Path = Path(".")) -> Path:
-    return root / EXPERIMENTS_DIR / f"{name}.yaml"
+    return root / EXPERIMENTS_DIR / f"{check_name(name)}.yaml"
+
+
+def record_path(name: str, root: Path = Path(".")) -> Path:
+    """``docs/experiments/records/<name>.json`` of an experiment name (:func:`check_name`)."""
+    return root / RECORDS_DIR / f"{check_name(name)}.json"
+
+
+def _read_checked(path: Path, what: str, parse):
+    """``parse(text)`` of a tracked file of at most :data:`MAX_RECORD_BYTES`; ExperimentError naming it."""
+    from lore.utils.io import read_bounded
+
+    try:
+        text = read_bounded(path, MAX_RECORD_BYTES).decode("utf-8")
+    except OSError as e:  # not a regular file, too large, unreadable
+        raise ExperimentError(f"{path}: {what} cannot be read ({str(e).removeprefix(str(path)).strip()})") from None
+    except UnicodeDecodeError:
+        raise ExperimentError(f"{path}: {what} is not UTF-8 text") from None
+    try:
+        return parse(text)
+    except (ValueError, RecursionError) as e:
+        raise ExperimentError(f"{path}: not a valid {what} ({' '.join(str(e).split())[:160] or 'nested too deeply'})"
+                              ) from None
+
+
+RECORD_FIELDS = {"name": (str,), "verdict": (str,), "reason": (str,), "commit": (str, type(None)),
+                 "comparison": (list,), "note": (str,)}
+"""The fields of an experiment record and their JSON types (``note`` may be absent)."""
+
+
+def read_record(path: Path) -> dict:
+    """The experiment record at ``path``, checked: a JSON object with :data:`RECORD_FIELDS` of their types,
+    comparison rows that are objects, nested at most :data:`MAX_RECORD_DEPTH`; ExperimentError naming it."""
+    from lore.llm.ledger import nesting_depth
+
+    rec = _read_checked(path, "experiment record", json.loads)
+    if not isinstance(rec, dict):
+        raise ExperimentError(f"{path}: an experiment record is a JSON object, got {type(rec).__name__}")
+    if nesting_depth(rec) > MAX_RECORD_DEPTH:
+        raise ExperimentError(f"{path}: an experiment record nested deeper than {MAX_RECORD_DEPTH} levels")
+    for key, types in RECORD_FIELDS.items():
+        if key not in rec and key != "note":
+            raise ExperimentError(f"{path}: {key}: missing from the experiment record")
+        if key in rec and not isinstance(rec[key], types):
+            raise ExperimentError(f"{path}: {key}: expected {' or '.join(t.__name__ for t in types)}, "
+                                  f"got {type(rec[key]).__name__}")
+    if not all(isinstance(row, dict) for row in rec["comparison"]):
+        raise ExperimentError(f"{path}: comparison: every row must be an object")
+    return rec
+
+
+IMPORTED_FIELDS = ("name", "question", "change", "grid", "effect", "verdict")
+"""The fields every entry of the imported log has (scalars)."""
+
+
+def read_imported(path: Path) -> list[dict]:
+    """The entries of ``docs/experiments/imported.yaml`` ([] when absent), checked: a list of mappings with
+    :data:`IMPORTED_FIELDS` as scalars; ExperimentError naming the file."""
+    from lore.config import ConfigError, _parse_yaml
+    from lore.llm.ledger import nesting_depth
+
+    if not path.exists() and not path.is_symlink():
+        return []
+
+    def parse(text: str):
+        try:
+            return _parse_yaml(text)
+        except ConfigError as e:
+            raise ValueError(str(e)) from None
+
+    entries = _read_checked(path, "imported experiment log", parse)
+    if entries is None:
+        return []
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise ExperimentError(f"{path}: the imported experiment log is a list of mappings, got "
+                              f"{type(entries).__name__}")
+    if nesting_depth(entries) > MAX_RECORD_DEPTH:
+        raise ExperimentError(f"{path}: the imported experiment log is nested deeper than {MAX_RECORD_DEPTH} levels")
+    for i, entry in enumerate(entries):
+        for key in IMPORTED_FIELDS:
+            if not isinstance(entry.get(key), (str, int, float)):
+                raise ExperimentError(f"{path}: [{i}].{key}: missing or not a scalar")
+    return entries
 
 
 def declared_names(root: Path = Path(".")) -> list[str]:
@@ -110,13 +211,29 @@ def _schema_key(error) -> str:
     return ".".join(str(p) for p in error.absolute_path) or "(top level)"
 
 
+_LOADING: list[str] = []
+"""The declarations being loaded, outermost first: a baseline chain that comes back to one of them is a cycle."""
+
+
 def load_declaration(name: str, root: Path = Path(".")) -> Declaration:
     """The checked declaration ``config/experiments/<name>.yaml``; :class:`ExperimentError` names file and key."""
+    path = declaration_path(name, root)
+    if name in _LOADING:
+        chain = " -> ".join([*_LOADING[_LOADING.index(name):], name])
+        raise _fail(declaration_path(_LOADING[-1], root), "baseline", f"the baseline chain {chain} is a cycle; "
+                    f"a chain must end (in 'benchmark', or an experiment with no baseline)")
+    _LOADING.append(name)
+    try:
+        return _load_declaration(name, path, root)
+    finally:
+        _LOADING.pop()
+
+
+def _load_declaration(name: str, path: Path, root: Path) -> Declaration:
     import jsonschema
 
     from lore.config import ConfigError, load_yaml
 
-    path = declaration_path(name, root)
     if not path.is_file():
         known = ", ".join(declared_names(root)) or "none"
         raise ExperimentError(f"experiment {name!r}: no file {path} (declared: {known})")
@@ -186,6 +303,10 @@ def _check_semantics(decl: Declaration, root: Path) -> None:
 
 def _check_baseline(decl: Declaration, root: Path) -> None:
     path = decl.path
+    try:
+        check_name(decl.baseline, "baseline")
+    except ExperimentError as e:
+        raise _fail(path, "baseline", str(e)) from None
     if decl.baseline == decl.name:
         raise _fail(path, "baseline", "an experiment cannot be its own baseline")
     if decl.baseline == BENCHMARK:
@@ -475,6 +596,36 @@ def run_metrics_table(pairs: list[tuple[PlannedRun, Path]]):
     return pd.DataFrame(rows, columns=["env", "arm", "seed", *METRICS]) if not rows else pd.DataFrame(rows)
 
 
+def experiment_figure(decl: Declaration, pairs: list[tuple[PlannedRun, Path]], out: Path) -> list[Path]:
+    """``fig_success.png``: eval SR over env steps of each arm against the arm most comparisons use as ``vs``
+    (mean over seeds with its 95% bootstrap band), one panel per env and arm."""
+    import pandas as pd
+
+    from lore.analysis.figures import plot_success_curves
+    from lore.analysis.runs import load_run
+    from lore.analysis.settings import AnalysisSettings
+
+    frames = []
+    for run, folder in pairs:
+        if (folder / "done").is_file():
+            ev = load_run(folder).eval[["env_step", "success_rate"]].copy()
+            ev.insert(0, "seed", run.seed)
+            ev.insert(0, "ablation", run.arm)
+            ev.insert(0, "env", run.env)
+            frames.append(ev)
+    if not frames:
+        return []
+    vs = [c["vs"] for c in comparisons(decl)]
+    base = max(vs, key=vs.count) if vs else "rl_only"
+    base = f"baseline:{base}" if base == "baseline" else base
+    paths = plot_success_curves(pd.concat(frames, ignore_index=True), AnalysisSettings(baseline=base), out)
+    keep = [p for p in paths if p.suffix == ".png"]
+    for p in paths:
+        if p.suffix != ".png":
+            p.unlink()
+    return [p.rename(p.with_name("fig_success.png")) for p in keep]
+
+
 def distinct_at_last_eval(eval_points) -> float:
     """How many Crafter achievements the last evaluation of one run unlocked (in any of its episodes)."""
     from lore.analysis.runs import ACHIEVEMENT_PREFIX
@@ -592,10 +743,51 @@ def _fmt(x: float, signed: bool = False) -> str:
     return f"{x:+.3f}" if signed else f"{x:.3f}"
 
 
-def comparison_markdown(decl: Declaration, table, decided: dict, run_commits: dict[str, int]) -> str:
+def arm_table(decl: Declaration, metrics_table):
+    """One row per (env, arm, metric): n and the mean over seeds with its 95% bootstrap CI."""
+    import numpy as np
+    import pandas as pd
+
+    from lore.analysis import stats as st
+
+    rows = []
+    for env in decl.envs:
+        for arm in sorted(set(metrics_table["arm"]) if len(metrics_table) else [], key=_arm_order(decl)):
+            pick = metrics_table[(metrics_table["env"] == env) & (metrics_table["arm"] == arm)]
+            for metric in decl.metrics:
+                values = pick[metric].to_numpy(float) if metric in pick else np.array([])
+                values = values[np.isfinite(values)]
+                if not values.size:
+                    continue
+                ci = st.stratified_bootstrap_ci([values], "mean", confidence=CONFIDENCE, resamples=RESAMPLES, seed=0)
+                rows.append({"env": env, "arm": arm, "metric": metric, "n": int(values.size),
+                             "mean": float(values.mean()), "low": ci.low, "high": ci.high})
+    return pd.DataFrame(rows)
+
+
+def _arm_order(decl: Declaration):
+    names = list(decl.arms)
+    return lambda arm: (names.index(arm) if arm in names else len(names), arm)
+
+
+def arm_markdown(arms) -> list[str]:
+    if not len(arms):
+        return []
+    lines = ["Each arm: mean over seeds [95% bootstrap CI], n seeds.", "",
+             "| env | arm | " + " | ".join(METRICS[m] for m in arms["metric"].unique()) + " |",
+             "|---|---|" + "---|" * arms["metric"].nunique()]
+    for (env, arm), group in arms.groupby(["env", "arm"], sort=False):
+        cells = [f"{_fmt(r['mean'])} [{_fmt(r['low'])}, {_fmt(r['high'])}] (n = {r['n']})"
+                 for _, r in group.iterrows()]
+        lines.append(f"| {env} | {arm} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+def comparison_markdown(decl: Declaration, table, decided: dict, run_commits: dict[str, int], arms=None) -> str:
     lines = [f"# {decl.name}", "", decl.question, "",
              f"Verdict: **{decided['verdict']}** ({decided['reason']}).", "",
              f"Code: {commits_text(run_commits)}.", "",
+             *(arm_markdown(arms) if arms is not None else []),
              "Paired by seed: mean of per-seed differences (arm − vs) with its 95% bootstrap CI; P(arm > vs) over "
              "runs; n per side and paired.", "",
              "| env | arm | vs | metric | n (arm / vs / paired) | arm | vs | difference [95% CI] | P(improvement) |",
@@ -640,18 +832,25 @@ def compare_experiment(name: str, root: Path = Path("."), out: Path | None = Non
     metrics_table = run_metrics_table(pairs)
     table = comparison_table(decl, metrics_table)
     decided = verdict(decl, table, metrics_table)
+    missing = sum(not (folder / "done").is_file() for _, folder in pairs)
+    if missing:  # a rule applied to part of its grid decides nothing
+        decided = {"verdict": "incomplete", "reason": f"{missing} of {len(pairs)} runs have not finished",
+                   "scores": decided.get("scores")}
     out = out or root / RESULTS_DIR / name
     run_commits = commit_counts([folder for _, folder in pairs if (folder / "done").is_file()])
     rec = record(decl, table, decided, current_commit(root), run_commits)
+    previous = record_dir / f"{name}.json" if record_dir is not None else None
+    if previous is not None and (previous.exists() or previous.is_symlink()):  # read before anything is written
+        old = read_record(previous)
+        if old.get("note") and old.get("verdict") == rec["verdict"]:  # a note on the same verdict stays with it
+            rec["note"] = old["note"]
     atomic_write_text(out / "comparison.csv", table.to_csv(index=False, float_format="%.6g"))
-    atomic_write_text(out / "comparison.md", comparison_markdown(decl, table, decided, run_commits))
+    experiment_figure(decl, pairs, out)
+    arms = arm_table(decl, metrics_table)
+    atomic_write_text(out / "arms.csv", arms.to_csv(index=False, float_format="%.6g"))
+    atomic_write_text(out / "comparison.md", comparison_markdown(decl, table, decided, run_commits, arms))
     atomic_write_text(out / "verdict.json", json.dumps(rec, indent=1) + "\n")
-    if record_dir is not None:
-        previous = record_dir / f"{name}.json"
-        if previous.is_file():  # a note on the same verdict stays with it
-            old = json.loads(previous.read_text())
-            if old.get("note") and old.get("verdict") == rec["verdict"]:
-                rec["note"] = old["note"]
+    if previous is not None:
         atomic_write_text(previous, json.dumps(rec, indent=1) + "\n")
     return rec
 
@@ -678,16 +877,17 @@ def _effect_text(rec: dict) -> str:
 
 def log_markdown(root: Path = Path(".")) -> str:
     """The experiment log: declared experiments (with their records) first, then the imported ones."""
-    import yaml
 
     lines = ["# Experiment log", "",
              "Written by `python -m lore.analysis.experiments log` from `config/experiments/*.yaml`, their records "
              "in `docs/experiments/records/` and the imported entries in `docs/experiments/imported.yaml`; "
              "do not edit. Effects are paired by seed, 95% bootstrap CIs.", "", "## Declared experiments", ""]
-    for name in declared_names(root):
-        decl = load_declaration(name, root)
-        rec_path = root / RECORDS_DIR / f"{name}.json"
-        rec = json.loads(rec_path.read_text()) if rec_path.is_file() else None
+    entries = read_imported(root / IMPORTED)
+    declared = [(load_declaration(name, root), record_path(name, root)) for name in declared_names(root)]
+    records = {p: read_record(p) for _, p in declared if p.exists() or p.is_symlink()}
+    for decl, rec_path in declared:
+        name = decl.name
+        rec = records.get(rec_path)
         change = ", ".join(f"{k}={json.dumps(v)}" for k, v in decl.settings.items()) or "see arms"
         lines += [f"### {name}", "", f"- Question: {decl.question}", f"- Change: {change}",
                   f"- Grid: {_grid_text(decl)}; baseline: {decl.baseline or 'none'}"]
@@ -700,8 +900,6 @@ def log_markdown(root: Path = Path(".")) -> str:
         mixed = " (the runs of this comparison come from more than one commit)" if len(commits) > 1 else ""
         lines += [f"- Compared at commit {rec['commit'] or 'unknown'}; "
                   f"{commits_text(commits) if commits else 'run commits not recorded'}{mixed}", ""]
-    imported_path = root / IMPORTED
-    entries = yaml.safe_load(imported_path.read_text()) if imported_path.is_file() else []
     if entries:
         lines += ["## Imported experiments", "",
                   "Run before experiments were declared; numbers copied once from their reports (named in each "
@@ -753,10 +951,11 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "note":
             from lore.utils.io import atomic_write_text
 
-            path = RECORDS_DIR / f"{args.name}.json"
-            if not path.is_file():
+            path = record_path(args.name)
+            if not path.exists() and not path.is_symlink():
                 raise ExperimentError(f"experiment {args.name!r}: no record {path} (run it first)")
-            rec = json.loads(path.read_text())
+            rec = read_record(path)
+            log_markdown()  # every file the log is written from is read and checked before anything is written
             rec["note"] = " ".join(args.text.split())
             atomic_write_text(path, json.dumps(rec, indent=1) + "\n")
             atomic_write_text(LOG, log_markdown())

@@ -41,7 +41,7 @@ _RESULTS_ROOT_PATTERN = r"^[A-Za-z0-9_./-]+$"
 # Kept here rather than imported from lore.envs.crafter (which imports crafter and torch, ~1 s,
 # on every dry run); tests/test_workflow.py checks it equals lore.envs.crafter.CRAFTER_NAMES.
 CRAFTER_ENV_NAMES = ("crafter", "CrafterReward-v1", "CrafterNoReward-v1")
-LLM_BACKENDS = ("scripted", "gemini", "replay")
+LLM_BACKENDS = ("scripted", "gemini", "openai", "replay")
 RUN_CACHE_NAME = "llm_cache.sqlite"
 """The run's own LLM answer cache, inside its run directory (``llm_cache.per_run``)."""
 DEFAULT_TERM_BEFORE_END_S = 300
@@ -366,6 +366,9 @@ def check_workflow_config(config: dict, environ: dict | None = None) -> list[Tra
             check_advisor_settings(cfg)
         except ConfigError as e:
             raise GridError(f"{where}: {e} (run {env} / {ablation})") from None
+        if cfg.llm.backend == "openai" and not (cfg.llm.base_url or environ.get("OPENAI_BASE_URL")):
+            raise GridError(f"llm_backend: 'openai' needs the server's endpoint: set llm.base_url (and llm.model) "
+                            f"in `run:` or the run_config (run {env} / {ablation})")
         env_key = repr(cfg.env)
         if env_key not in probed:
             probed.add(env_key)

@@ -724,6 +724,7 @@ def _default_number(runs: pd.DataFrame, key: str, column: str, scale: float) -> 
 
 
 BACKEND_TEXT = {"scripted": "an offline scripted advisor", "gemini": "Google Gemini",
+                "openai": "an open model on an OpenAI-compatible server",
                 "replay": "a replay of an earlier run's call ledger"}
 
 

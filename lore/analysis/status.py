@@ -4,6 +4,11 @@ A run directory's state comes from what ``lore train`` leaves there: ``done`` (f
 of ``.lock`` (running), rows in ``metrics.csv``/``eval.csv`` or a ``checkpoint.pt`` (progress), and the end
 of ``train.log`` (the error a failed run stopped on). Nothing here writes to a run directory, so it works the
 same for laptop and SLURM runs, while they run.
+
+Whatever a results tree holds, ``lore status`` finishes: every file is opened without blocking and read only
+if it is a regular file, up to a size bound (:data:`MAX_TABLE_BYTES`, :data:`MAX_SMALL_BYTES`), and parsed
+with bounded depth and number size; a run whose files are not what ``lore train`` writes is a row whose
+note says why (a FIFO, a device, too large, nested too deeply, ...).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import json
 import math
 import os
 import re
+import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -28,8 +34,35 @@ LOG_TAIL_BYTES = 4096
 _SEED_DIR = re.compile(r"^seed(\d+)$")
 _ERROR_LINE = re.compile(r"^(lore: error:|lore: interrupted|Traceback|Killed|\w+(Error|Exception|Interrupt)\b)")
 _MAX_DEPTH = 6
+MAX_TABLE_BYTES = 32 << 20
+"""Largest ``metrics.csv``/``eval.csv`` read (a long run's tables are a few MB)."""
+MAX_SMALL_BYTES = 1 << 20
+"""Largest ``config.yaml``, ``done`` or ``.grid.json`` read (each is a few KB)."""
+_MAX_INT = 2**63
 MAIN_WORKFLOW_CONFIG = "config/config.yaml"
 """The workflow's default config (relative to the repository root, where the workflow runs)."""
+
+
+def _read(path: Path, limit: int) -> bytes | None:
+    """The bytes of a regular file of at most ``limit`` bytes; None when it does not exist.
+
+    ``OSError`` (an :class:`~lore.utils.io.UnsafeFileError` for a FIFO, a device, a folder or a file that is
+    too large) says why it cannot be read; nothing ever blocks."""
+    from lore.utils.io import read_bounded
+
+    try:
+        return read_bounded(path, limit, directory="/")
+    except FileNotFoundError:
+        return None
+
+
+def _why(path: Path, e: OSError) -> str:
+    """Why ``path`` cannot be read, for a note: what it is rather than where it is."""
+    from lore.utils.io import UnsafeFileError
+
+    if isinstance(e, UnsafeFileError):
+        return f"{path.name} {str(e).removeprefix(str(path)).strip().split(';')[0]}"
+    return f"{path.name} unreadable ({e.strerror or e})"
 
 
 # ---------------------------------------------------------------- one run directory
@@ -55,11 +88,12 @@ class RunStatus:
 def read_csv_rows(path: Path) -> tuple[list[dict], str]:
     """The rows of a CSV table that parse, and what is wrong with the rest ('' when nothing is)."""
     try:
-        text = path.read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        return [], ""
+        data = _read(path, MAX_TABLE_BYTES)
+        if data is None:
+            return [], ""
+        text = data.decode("utf-8")
     except OSError as e:
-        return [], f"{path.name} unreadable ({e.strerror or e})"
+        return [], _why(path, e)
     except UnicodeDecodeError:
         return [], f"{path.name} corrupt (not UTF-8 text)"
     if not text.strip():
@@ -83,20 +117,32 @@ def read_csv_rows(path: Path) -> tuple[list[dict], str]:
 
 def read_run_config(run_dir: Path) -> tuple[dict, str]:
     """The saved run config as a mapping, and what is wrong with it ('' when nothing is)."""
+    from lore.config import ConfigError, _parse_yaml
+
+    path = run_dir / "config.yaml"
     try:
-        data = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return {}, ""
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        return {}, f"config.yaml corrupt ({type(e).__name__})"
+        raw = _read(path, MAX_SMALL_BYTES)
+        if raw is None:
+            return {}, ""
+        data = _parse_yaml(raw.decode("utf-8"))
+    except OSError as e:
+        return {}, _why(path, e)
+    except UnicodeDecodeError:
+        return {}, "config.yaml corrupt (not UTF-8 text)"
+    except ConfigError as e:
+        return {}, f"config.yaml corrupt ({' '.join(str(e).split())[:80]})"
     return (data, "") if isinstance(data, dict) else ({}, "config.yaml corrupt (not a mapping)")
 
 
 def lock_held(run_dir: Path) -> bool:
-    """Whether a live process holds ``<run_dir>/.lock`` (a non-blocking flock attempt, released at once)."""
+    """Whether a live process holds ``<run_dir>/.lock`` (a non-blocking flock attempt, released at once);
+    False for a ``.lock`` that is not a regular file (:func:`lock_problem` says so)."""
     try:
-        fd = os.open(run_dir / ".lock", os.O_RDONLY)
+        fd = os.open(run_dir / ".lock", os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError:
+        return False
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
         return False
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
@@ -107,10 +153,25 @@ def lock_held(run_dir: Path) -> bool:
     return False
 
 
-def log_error(run_dir: Path) -> str:
-    """The error ``train.log`` ends on ('' when its last line is not one)."""
+def lock_problem(run_dir: Path) -> str:
+    """What is wrong with ``<run_dir>/.lock`` ('' when it is absent or a regular file); nothing is opened."""
+    from lore.utils.io import file_kind
+
     try:
-        with open(run_dir / "train.log", "rb") as fh:
+        mode = os.lstat(run_dir / ".lock").st_mode
+    except OSError:
+        return ""
+    if stat.S_ISLNK(mode):
+        return ".lock is a symbolic link (a run refuses it)"
+    return "" if stat.S_ISREG(mode) else f".lock is {file_kind(mode)} (a run refuses it)"
+
+
+def log_error(run_dir: Path) -> str:
+    """The error ``train.log`` ends on ('' when its last line is not one, or it is not a regular file)."""
+    from lore.utils.io import open_regular
+
+    try:
+        with open(open_regular(run_dir / "train.log", directory="/"), "rb") as fh:
             fh.seek(0, os.SEEK_END)
             fh.seek(max(fh.tell() - LOG_TAIL_BYTES, 0))
             tail = fh.read().decode("utf-8", errors="replace")
@@ -124,9 +185,12 @@ def log_error(run_dir: Path) -> str:
 
 
 def _done_summary(run_dir: Path) -> tuple[dict, str]:
+    path = run_dir / "done"
     try:
-        summary = json.loads((run_dir / "done").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        summary = json.loads((_read(path, MAX_SMALL_BYTES) or b"").decode("utf-8"))
+    except OSError as e:
+        return {}, f"done marker unreadable: {_why(path, e)}"
+    except (UnicodeDecodeError, ValueError, RecursionError):  # ValueError: JSON, or a 5000-digit number
         return {}, "done marker unreadable"
     return (summary, "") if isinstance(summary, dict) else ({}, "done marker unreadable")
 
@@ -140,13 +204,22 @@ def _identity(run_dir: Path, root: Path, cfg: dict) -> tuple[str, str, str]:
     arm, seed = cfg.get("ablation"), cfg.get("seed")
     if arm and str(layout[1]).startswith(f"{arm}-"):  # an experiment's run: its folder names the configuration
         arm = layout[1]
-    return (str(env or layout[0]), str(arm or layout[1]),
-            str(seed) if seed is not None else _SEED_DIR.sub(r"\1", layout[2]))
+    return (_short(env or layout[0]), _short(arm or layout[1]),
+            _short(seed) if seed is not None else _SEED_DIR.sub(r"\1", layout[2]))
+
+
+def _short(value: object, width: int = 40) -> str:
+    """A config value as a table cell: one line of at most ``width`` characters (``?`` for a deep value)."""
+    try:
+        text = " ".join(str(value).split()) if isinstance(value, (str, int, float)) else "?"
+    except ValueError:  # an integer too long to print
+        text = "?"
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def _total_steps(cfg: dict) -> int | None:
     steps = number_or_nan(cfg.get("train", {}).get("steps")) if isinstance(cfg.get("train"), dict) else math.nan
-    return int(steps) if math.isfinite(steps) and steps > 0 else None
+    return int(steps) if math.isfinite(steps) and 0 < steps < _MAX_INT else None
 
 
 def _trains(cfg: dict) -> bool:
@@ -166,12 +239,13 @@ def run_status(run_dir: Path, root: Path) -> RunStatus:
                        step=max(steps) if steps else None,
                        steps_per_s=training_rate(log_points(metrics), trains=_trains(cfg)),
                        eval_sr=number_or_nan(evals[-1].get("success_rate")) if evals else math.nan)
-    notes = [p for p in (cfg_problem, metrics_problem, eval_problem) if p]
+    notes = [p for p in (cfg_problem, metrics_problem, eval_problem, lock_problem(run_dir)) if p]
     if (run_dir / "done").exists():
         status.state = "done"
         summary, problem = _done_summary(run_dir)
         notes.append(problem or f"wall {format_duration(number_or_nan(summary.get('wall_s')))}")
-        status.step = int(summary["env_step"]) if isinstance(summary.get("env_step"), int) else status.step
+        recorded = summary.get("env_step")
+        status.step = recorded if isinstance(recorded, int) and 0 <= recorded < _MAX_INT else status.step
     elif lock_held(run_dir):
         status.state = "running"
         if status.step is not None and status.total is not None:
@@ -352,7 +426,7 @@ def recorded_runs(runs_dir: Path) -> list[RunStatus]:
     from lore.analysis.grid import GRID_RECORD
 
     try:
-        record = json.loads((runs_dir.parent / GRID_RECORD).read_text())
+        record = json.loads((_read(runs_dir.parent / GRID_RECORD, MAX_SMALL_BYTES) or b"").decode("utf-8"))
         settings = record.get("settings") or {}
         rows = []
         for env, ablation, seed in record["runs"]:
@@ -360,7 +434,7 @@ def recorded_runs(runs_dir: Path) -> list[RunStatus]:
             rows.append(waiting_run(runs_dir, str(env), str(ablation), int(seed),
                                     int(steps) if isinstance(steps, int) else None))
         return rows
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
         return []
 
 

@@ -1,4 +1,4 @@
-"""The LLM layer: answer schema, prompts, backends (scripted / gemini / replay), ledger, cache and
+"""The LLM layer: answer schema, prompts, backends (scripted / gemini / openai / replay), ledger, cache and
 the non-blocking controller that decides when to ask (docs/CONTRACTS.md, "LLM").
 
 The feature-code sandbox is its own package, :mod:`lore.sandbox` (imported on demand, not here).
@@ -16,6 +16,7 @@ from lore.llm.backends import (
     LLMReplayMiss,
     LLMServerError,
     LLMTimeout,
+    OpenAIBackend,
     ReplayBackend,
     ScriptedBackend,
     make_backend,
@@ -24,7 +25,13 @@ from lore.llm.cache import AdviceCache
 from lore.llm.controller import FAILURE_KINDS, AppliedAdvice, EnvQuery, LLMController
 from lore.llm.ledger import LEDGER_FIELDS, LEDGER_NAME, Ledger, LedgerError, read_ledger
 from lore.llm.prompt import build_prompt, default_features_spec, features_spec, prompt_hash
-from lore.llm.schema import Advice, advice_to_dict, gemini_response_schema, validate_advice
+from lore.llm.schema import (
+    Advice,
+    advice_to_dict,
+    gemini_response_schema,
+    json_response_schema,
+    validate_advice,
+)
 from lore.llm.scripted import ScriptedAdvisor
 
 __all__ = [
@@ -48,6 +55,7 @@ __all__ = [
     "LLMServerError",
     "LLMTimeout",
     "Ledger",
+    "OpenAIBackend",
     "LedgerError",
     "ReplayBackend",
     "ScriptedAdvisor",
@@ -57,6 +65,7 @@ __all__ = [
     "default_features_spec",
     "features_spec",
     "gemini_response_schema",
+    "json_response_schema",
     "make_backend",
     "prompt_hash",
     "read_ledger",

@@ -46,13 +46,22 @@ from lore.llm.backends import (
     Backend,
     BackendResponse,
     LLMError,
+    longest_call_s,
     make_backend,
 )
 from lore.llm.cache import AdviceCache, TieredCache, open_cache
 from lore.llm.ledger import LEDGER_NAME, Ledger
 from lore.llm.prompt import build_prompt, default_features_spec, prompt_hash
-from lore.llm.schema import DEFAULT_MAX_PLAN_LEN, VALIDATION_FAILURES, Advice, advice_to_dict, validate_advice
-from lore.llm.secrets import redact
+from lore.llm.schema import (
+    DEFAULT_MAX_PLAN_LEN,
+    MAX_ANSWER_CHARS,
+    VALIDATION_FAILURES,
+    Advice,
+    advice_to_dict,
+    answer_size,
+    validate_advice,
+)
+from lore.llm.secrets import current_secrets, redact, redact_value, scrub_answer
 from lore.utils.io import expand_run_dir
 
 log = logging.getLogger("lore.llm")
@@ -194,10 +203,7 @@ class LLMController:
         self.plan_logit = float(getattr(llm, "plan_logit", 4.0))
         self.max_inflight = max(1, int(getattr(llm, "max_inflight", 1)))
         self.check_every = max(1, int(getattr(cfg.distill, "check_every", 10)))
-        retries = max(int(llm.retries), 0)
-        backoff_total = sum(float(llm.backoff_s) * 2 ** i for i in range(retries))
-        self.hung_after_s = float(llm.timeout_s) * (retries + 1) + backoff_total \
-            + float(llm.simulated_latency_ms) / 1000.0 + 5.0
+        self.hung_after_s = longest_call_s(llm) + float(llm.simulated_latency_ms) / 1000.0 + 5.0
         self.with_features = bool(cfg.features.enabled)
         if self.with_features and features_spec is None:
             features_spec = default_features_spec(env_family, cfg.features.n_features)
@@ -340,6 +346,7 @@ class LLMController:
         out["llm_budget_left"] = max(self.budget - self._calls_made, 0)
         out["llm_inflight"] = self.inflight
         out["llm_memory_entries"] = len(self._memory)
+        out["llm_cache_corrupt_rows"] = self.cache.corrupt_rows if self.cache is not None else 0
         return out
 
     def settle(self, timeout_s: float = 2.0) -> None:
@@ -426,9 +433,9 @@ class LLMController:
             advice, failure = validate_advice(e["advice"], self.num_actions, self.logit_clip, self.max_plan_len)
             if advice is None:
                 raise ValueError(f"LLMController.load_state_dict: cached answer for {key!r} is invalid ({failure})")
-            self._memory[key] = _Entry(advice, int(e["step"]), e["source"], e.get("code_id"))
+            self._memory[key] = _Entry(self._redacted(advice), int(e["step"]), e["source"], e.get("code_id"))
         self._plans = {int(i): _PlanCursor([int(a) for a in c["actions"]], int(c["index"]), float(c["confidence"]),
-                                           c["features_code"], c["code_id"], c["subgoal"])
+                                           redact_value(c["features_code"]), c["code_id"], redact_value(c["subgoal"]))
                        for i, c in state.get("plans", {}).items()}  # absent in older checkpoints
         if self.ledger is not None and state.get("ledger_bytes") is not None:
             self.ledger.truncate(int(state["ledger_bytes"]))
@@ -558,6 +565,12 @@ class LLMController:
         try:
             response = self.backend.complete(request)
             error = None
+            size = answer_size(response.text)
+            if size > MAX_ANSWER_CHARS:  # refused whole: nothing of it is validated, kept or written
+                response, error = None, LLMError(f"answer of {size:,} characters is longer than the "
+                                                 f"{MAX_ANSWER_CHARS:,}-character cap", response.attempts)
+            else:
+                response.text = scrub_answer(response.text)
         except LLMError as e:
             response, error = None, e
         except Exception as e:  # a backend bug must not kill training: counted as backend_error
@@ -638,12 +651,22 @@ class LLMController:
             self._on_heldout(pending.heldout_logits, np.asarray(advice.action_prior.logits, np.float32))
 
     def _store(self, state_key: str, advice: Advice, env_step: int, source: str) -> None:
+        advice = self._redacted(advice)
         cid = code_id(advice.features_code) if advice.features_code else None
         self._memory[state_key] = _Entry(advice, env_step, source, cid)
         if source in ("llm", "cache"):
             self._confidence_sum += advice.confidence
             self._confidence_n += 1
             self._next_allowed_step = max(self._next_allowed_step, env_step + self.cooldown_after_success)
+
+    def _redacted(self, advice: Advice) -> Advice:
+        """``advice`` with every API key removed from its texts (itself when none occurs)."""
+        data = advice_to_dict(advice) if current_secrets() else None
+        if data is None or redact_value(data) == data:
+            return advice
+        clean, failure = validate_advice(redact_value(data), self.num_actions, self.logit_clip, self.max_plan_len)
+        assert clean is not None, failure  # only texts changed
+        return clean
 
     def _answer_from_surrogate(self, q: EnvQuery, logits: np.ndarray, env_step: int, base: dict) -> None:
         confidence = self._confidence_sum / self._confidence_n if self._confidence_n else 0.5

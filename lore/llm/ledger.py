@@ -8,20 +8,28 @@ was applied: the env step, and 0 = before that step's ask decision, 1 = after it
 ``prompt_hash``, ``state_key``, ``latency_ms``, ``ok``, ``failure`` (kind or null), ``error`` (short,
 redacted message or null), ``cache_hit``, ``tokens_in``, ``tokens_out``, ``attempts``, ``answer`` (the
 validated :class:`~lore.llm.schema.Advice` as a dict, or null), ``raw`` (the backend's raw answer —
-text or dict — exactly as received, or null when no answer came back; ``replay`` re-validates it, so
-a replayed run sees the same answers *and* the same validation failures), ``prompt`` (the prompt
-text; null for surrogate answers).
+text or dict — as received, with any API key masked, or null when no answer came back; ``replay``
+re-validates it, so a replayed run sees the same answers *and* the same validation failures),
+``prompt`` (the prompt text; null for surrogate answers).
+
+Every string of a record is redacted (:func:`~lore.llm.secrets.redact_value`) before the line is encoded,
+and the encoded line once more. A ledger read back (:func:`read_ledger`, what ``replay`` uses) is checked
+like user input: a regular file of at most :data:`MAX_LEDGER_BYTES`, lines of at most
+:data:`MAX_LINE_BYTES`, each a JSON object nested at most :data:`MAX_DEPTH` deep whose known fields have
+their types (:data:`FIELD_TYPES`).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import threading
 from pathlib import Path
 from typing import Any
 
-from lore.llm.secrets import redact
+from lore.llm.secrets import redact, redact_value
+from lore.utils.io import UnsafeFileError, open_regular
 
 LEDGER_NAME = "llm_calls.jsonl"
 LEDGER_FIELDS = (
@@ -29,6 +37,21 @@ LEDGER_FIELDS = (
     "latency_ms", "ok", "failure", "error", "cache_hit", "tokens_in", "tokens_out", "attempts", "answer",
     "raw", "prompt",
 )
+MAX_LEDGER_BYTES = 1 << 32
+"""Largest ledger read back (4 GiB: 10**5 calls of the largest line)."""
+MAX_LINE_BYTES = 1 << 20
+"""Longest ledger line read back: an answer is capped below this (``MAX_ANSWER_CHARS``)."""
+MAX_DEPTH = 32
+"""Deepest nesting of a ledger line (an answer is an object of lists and objects, 3 deep)."""
+_INT = (int,)
+_TEXT = (str,)
+FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "env_step": _INT, "answered_step": _INT, "answered_phase": _INT, "env_index": _INT, "backend": _TEXT,
+    "model": _TEXT, "source": _TEXT, "prompt_hash": _TEXT, "state_key": _TEXT, "latency_ms": (int, float),
+    "ok": (bool,), "failure": _TEXT, "error": _TEXT, "cache_hit": (bool,), "tokens_in": _INT, "tokens_out": _INT,
+    "attempts": _INT, "answer": (dict,), "raw": (str, dict), "prompt": _TEXT,
+}
+"""The JSON type of each field when it is not null (``bool`` is not an ``int`` here)."""
 
 
 class LedgerError(ValueError):
@@ -41,7 +64,8 @@ class Ledger:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the run
+        fd = open_regular(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, directory=self.path.parent)
+        self._file = os.fdopen(fd, "a", encoding="utf-8")  # kept open for the run
         self._lock = threading.Lock()
         self.lines = 0
 
@@ -50,7 +74,7 @@ class Ledger:
         unknown = set(record) - set(LEDGER_FIELDS)
         if unknown:
             raise ValueError(f"unknown ledger field(s) {sorted(unknown)}; known: {list(LEDGER_FIELDS)}")
-        line = json.dumps({k: record.get(k) for k in LEDGER_FIELDS}, separators=(",", ":"))
+        line = json.dumps(redact_value({k: record.get(k) for k in LEDGER_FIELDS}), separators=(",", ":"))
         line = redact(line)
         with self._lock:
             if self._file.closed:
@@ -92,22 +116,67 @@ class Ledger:
 def read_ledger(path: str | Path) -> list[tuple[int, dict]]:
     """``[(line_number, record), ...]`` of a ledger; blank lines are skipped.
 
-    Raises :class:`LedgerError` naming the file and line for a line that is not a JSON object,
-    and for a file with no records at all.
+    Raises :class:`LedgerError` naming the file (and line) for a file that is not a regular file or is too
+    large, a line that is too long, not UTF-8, not a JSON object, nested too deeply, or has a field of the
+    wrong type, and for a file with no records at all.
     """
     path = Path(path)
+    try:
+        fd = open_regular(path)
+    except UnsafeFileError as e:
+        raise LedgerError(str(e)) from None
     records = []
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise LedgerError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
-            if not isinstance(record, dict):
-                raise LedgerError(f"{path}:{lineno}: expected a JSON object, got {type(record).__name__}")
-            records.append((lineno, record))
+    with os.fdopen(fd, "rb") as fh:
+        if os.fstat(fh.fileno()).st_size > MAX_LEDGER_BYTES:
+            raise LedgerError(f"{path} is larger than {MAX_LEDGER_BYTES:,} bytes; not a ledger of one run")
+        for lineno in itertools.count(1):
+            line = fh.readline(MAX_LINE_BYTES + 1)
+            if not line:
+                break
+            if len(line) > MAX_LINE_BYTES:
+                raise LedgerError(f"{path}:{lineno}: line longer than {MAX_LINE_BYTES:,} bytes")
+            if line.strip():
+                records.append((lineno, _ledger_record(path, lineno, line)))
     if not records:
         raise LedgerError(f"{path} is empty (no recorded calls)")
     return records
+
+
+def _ledger_record(path: Path, lineno: int, line: bytes) -> dict:
+    """One ledger line, checked (:func:`read_ledger`)."""
+    where = f"{path}:{lineno}"
+    try:
+        record = json.loads(line.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise LedgerError(f"{where}: not UTF-8 text") from None
+    except json.JSONDecodeError as e:
+        raise LedgerError(f"{where}: not valid JSON ({e.msg})") from None
+    except RecursionError:
+        raise LedgerError(f"{where}: nested too deeply") from None
+    except ValueError as e:  # e.g. an integer of more than 4300 digits
+        raise LedgerError(f"{where}: not a ledger line ({' '.join(str(e).split())[:120]})") from None
+    if not isinstance(record, dict):
+        raise LedgerError(f"{where}: expected a JSON object, got {type(record).__name__}")
+    if nesting_depth(record) > MAX_DEPTH:
+        raise LedgerError(f"{where}: nested deeper than {MAX_DEPTH} levels")
+    for name, types in FIELD_TYPES.items():
+        value = record.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, types) or (bool not in types and isinstance(value, bool)):
+            expected = " or ".join(t.__name__ for t in types)
+            raise LedgerError(f"{where}: field {name!r} must be {expected} or null, got {type(value).__name__}")
+    return record
+
+
+def nesting_depth(value: object) -> int:
+    """How deep lists and dicts nest in ``value`` (0 for a scalar), counted without recursion."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        v, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if isinstance(v, dict):
+            stack.extend((x, depth + 1) for x in v.values())
+        elif isinstance(v, list):
+            stack.extend((x, depth + 1) for x in v)
+    return deepest

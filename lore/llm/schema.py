@@ -34,6 +34,10 @@ VALIDATION_FAILURES = (
 )
 """Failure kinds produced by :func:`validate_advice`."""
 
+MAX_ANSWER_CHARS = 65_536
+"""Longest answer kept (its JSON text, in characters): a longer one is refused as a ``backend_error`` before
+it is validated, ledgered or cached, so no stored answer, ledger line or cache row is ever larger."""
+
 DEFAULT_MAX_PLAN_LEN = 32
 """Longest accepted ``plan`` unless the caller says otherwise (see ``llm.plan_max_len``)."""
 
@@ -157,6 +161,16 @@ def validate_advice(
     return advice, None
 
 
+def answer_size(raw: object) -> int:
+    """Characters of a raw answer as it would be stored: the text itself, or a dict's JSON encoding."""
+    if isinstance(raw, (str, bytes)):
+        return len(raw)
+    try:
+        return len(json.dumps(raw))
+    except (TypeError, ValueError, RecursionError):
+        return MAX_ANSWER_CHARS + 1
+
+
 def advice_to_dict(advice: Advice) -> dict:
     """JSON-ready dict of a validated answer (what the ledger, cache and replay store)."""
     return advice.model_dump(mode="json")
@@ -204,3 +218,29 @@ def gemini_response_schema(num_actions: int, max_plan_len: int = DEFAULT_MAX_PLA
         "required": ["action_prior", "confidence"],
         "propertyOrdering": order,
     }
+
+
+def json_response_schema(num_actions: int, max_plan_len: int = DEFAULT_MAX_PLAN_LEN,
+                         with_features: bool = False) -> dict:
+    """The answer schema as standard JSON Schema (OpenAI ``response_format``, vLLM / llama.cpp / Ollama
+    guided decoding): :func:`gemini_response_schema` with lower-case type names, no ``propertyOrdering``,
+    and no properties beyond those listed."""
+
+    def convert(node: Any) -> Any:
+        if isinstance(node, list):
+            return [convert(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        out = {}
+        for key, value in node.items():
+            if key == "propertyOrdering":
+                continue
+            if key == "properties":
+                out[key] = {name: convert(sub) for name, sub in value.items()}
+            else:
+                out[key] = value.lower() if key == "type" else convert(value)
+        if out.get("type") == "object":
+            out["additionalProperties"] = False
+        return out
+
+    return convert(gemini_response_schema(num_actions, max_plan_len, with_features))

@@ -1,22 +1,138 @@
-"""The Gemini API key's name and its removal from anything written to disk.
+"""The API keys' names and their removal from anything written to disk or shown in a message.
 
-A leaf module: the backends read the key, and the ledger and the cache redact it from what they write,
-without either depending on the other (no import cycles).
+A leaf module: the backends read the keys, and the controller, the ledger and the cache redact them from
+what they keep, without either depending on the other (no import cycles).
+
+A key is removed in every form it can take in text: as it is, JSON-escaped (with and without ``\\uXXXX``
+escapes), as a Python ``repr`` of the text or of its UTF-8 bytes, and URL-quoted; a key spread over lines is
+also removed line by line. Values (answers, records) are redacted string by string *before* they are
+serialised, and the serialised text once more after.
 """
 
 from __future__ import annotations
 
+import json
 import os
+from typing import Any
+from urllib.parse import quote, quote_plus
 
 API_KEY_ENV = "GEMINI_API_KEY"
+OPENAI_API_KEY_ENV = "OPENAI_API_KEY"
+"""The key of an OpenAI-compatible server (``llm.backend: openai``); a local server often needs none."""
+SECRET_ENVS: tuple[str, ...] = (API_KEY_ENV, OPENAI_API_KEY_ENV)
+"""Environment variables whose values are secrets (a backend reading another key adds its name here)."""
+MASK = "***"
+MIN_SECRET_LEN = 4
+"""Shorter values (and key fragments) are not masked: they would mask ordinary text."""
+MIN_FRAGMENT_LEN = 8
+"""A line of a multi-line key is masked on its own from this length on."""
+
+
+def current_secrets() -> tuple[str, ...]:
+    """The secrets set in the environment now (each variable of :data:`SECRET_ENVS`, stripped)."""
+    values = (os.environ.get(name, "").strip() for name in SECRET_ENVS)
+    return tuple(v for v in values if v)
+
+
+def secret_forms(secret: str) -> list[str]:
+    """Every text form of ``secret`` that :func:`redact` masks, longest first."""
+    forms = {secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1], repr(secret)[1:-1],
+             ascii(secret)[1:-1], repr(secret.encode("utf-8", "surrogatepass"))[2:-1],
+             secret.encode("unicode_escape").decode("ascii"), quote(secret, safe=""), quote_plus(secret, safe="")}
+    forms = {f for f in forms if len(f) >= MIN_SECRET_LEN}
+    for line in secret.splitlines():  # a key spread over lines may be shown one line at a time
+        if len(line.strip()) >= MIN_FRAGMENT_LEN:
+            forms.add(line.strip())
+    return sorted(forms, key=len, reverse=True)
+
+
+def _forms(secrets: tuple[str, ...] | None) -> list[str]:
+    secrets = current_secrets() if secrets is None else secrets
+    return [form for secret in secrets if secret and len(secret) >= MIN_SECRET_LEN for form in secret_forms(secret)]
 
 
 def redact(text: str, secrets: tuple[str, ...] | None = None) -> str:
-    """``text`` with every secret (default: the current ``GEMINI_API_KEY``) replaced by ``***``."""
-    if secrets is None:
-        key = os.environ.get(API_KEY_ENV, "").strip()
-        secrets = (key,) if key else ()
-    for secret in secrets:
-        if secret and len(secret) >= 4:
-            text = text.replace(secret, "***")
+    """``text`` with every form of every secret (default: :func:`current_secrets`) replaced by ``***``."""
+    for form in _forms(secrets):
+        if form in text:
+            text = text.replace(form, MASK)
     return text
+
+
+def redact_value(value: Any, secrets: tuple[str, ...] | None = None) -> Any:
+    """``value`` (strings, lists, tuples, dicts, keys included, to any depth) with every string redacted;
+    the value itself when no secret is set or none occurs in it."""
+    forms = _forms(secrets)
+    if not forms:
+        return value
+
+    def scrub(v: Any) -> Any:
+        if isinstance(v, str):
+            for form in forms:
+                if form in v:
+                    v = v.replace(form, MASK)
+            return v
+        if isinstance(v, dict):
+            return {scrub(k): scrub(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return type(v)(scrub(x) for x in v)
+        return v
+
+    stack_limit = 200  # deeper values are never kept (the answer cap and the validators refuse them)
+    try:
+        return scrub(value) if _depth_at_most(value, stack_limit) else MASK
+    except RecursionError:
+        return MASK
+
+
+def _depth_at_most(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests no deeper than ``limit`` (iteratively: never a RecursionError)."""
+    stack = [(value, 0)]
+    while stack:
+        v, depth = stack.pop()
+        if depth > limit:
+            return False
+        if isinstance(v, dict):
+            stack.extend((x, depth + 1) for x in (*v.keys(), *v.values()))
+        elif isinstance(v, (list, tuple)):
+            stack.extend((x, depth + 1) for x in v)
+    return True
+
+
+def scrub_answer(raw: Any, secrets: tuple[str, ...] | None = None) -> Any:
+    """A backend's raw answer (text or dict) with every secret removed, also where JSON text spells the key
+    with escapes of its own choosing: such text is decoded, redacted and encoded again."""
+    forms = _forms(secrets)
+    if not forms or raw is None:
+        return raw
+    if not isinstance(raw, str):
+        return redact_value(raw, secrets)
+    text = redact(raw, secrets)
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return text
+    return json.dumps(redact_value(data, secrets)) if _mentions(data, forms) else text
+
+
+def _mentions(value: Any, forms: list[str]) -> bool:
+    """Whether a string anywhere in ``value`` (keys included) holds one of ``forms``."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            if any(form in v for form in forms):
+                return True
+        elif isinstance(v, dict):
+            stack.extend((*v.keys(), *v.values()))
+        elif isinstance(v, (list, tuple)):
+            stack.extend(v)
+    return False
+
+
+def key_problem(key: str) -> str | None:
+    """Why ``key`` cannot be sent in an HTTP header (None when it can); the key itself is never in the text."""
+    if any(not (" " <= ch <= "~") for ch in key):
+        return ("it contains a character that cannot be sent in an HTTP header (a line break, a control or a "
+                "non-ASCII character); the value is not shown")
+    return None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 import io
+import os
 import pickle
 import random
 import re
@@ -23,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lore.utils.io import NoSpaceError, atomic_write_bytes
+from lore.utils.io import NoSpaceError, UnsafeFileError, atomic_write_bytes, open_regular
 
 FORMAT = 2
 """Layout version of ``checkpoint.pt``; other versions are refused with a clear message."""
@@ -244,12 +245,19 @@ def save_checkpoint(path: str | Path, payload: dict) -> None:
 
 
 def load_checkpoint(path: str | Path) -> dict:
-    """The checkpoint at ``path``, loaded with ``weights_only=True``, its fields every run has checked."""
+    """The checkpoint at ``path``, loaded with ``weights_only=True``, its fields every run has checked.
+
+    Only a regular file reached through no link out of its folder is read (its own size bounds the read);
+    anything else is a :class:`CheckpointError` naming it."""
     path = Path(path)
     try:
-        with warnings.catch_warnings():  # torch's note on an unusual pickle protocol: the error says it all
-            warnings.simplefilter("ignore")
-            payload = torch.load(path, map_location="cpu", weights_only=True)
+        fd = open_regular(path, directory=path.parent)
+    except UnsafeFileError as e:
+        raise CheckpointError(f"checkpoint {e}") from None
+    try:
+        with os.fdopen(fd, "rb") as fh, warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch's note on an unusual pickle protocol: the error says it all
+            payload = torch.load(fh, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
         what = _unpickling_refusal(str(e))
         raise CheckpointError(f"checkpoint {path} is not a plain-data LoRe checkpoint ({what}), so nothing in "

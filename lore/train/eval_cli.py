@@ -311,14 +311,14 @@ def _make_bridge(cfg: RunConfig, env, agent, saved: dict | None, with_prior: boo
     advisor's noise is seeded by the evaluation seed.
     """
     from lore.envs.vector import VectorEnv
+    from lore.llm.backends import REMOTE_BACKENDS, longest_call_s
     from lore.method.advisor import LLMBridge
 
     llm = dataclasses.replace(cfg.llm, cache_path=None, simulated_latency_ms=0.0)
     if not with_prior and llm.backend != "none":
         llm = dataclasses.replace(llm, backend="scripted")
-    if with_prior and llm.backend == "gemini":  # wait for each answer: it applies where it was asked for
-        wait_s = llm.timeout_s * (llm.retries + 1) + sum(llm.backoff_s * 2 ** i for i in range(llm.retries))
-        llm = dataclasses.replace(llm, max_wait_ms=1000.0 * wait_s)
+    if with_prior and llm.backend in REMOTE_BACKENDS:  # wait for each answer: it applies where it was asked
+        llm = dataclasses.replace(llm, max_wait_ms=1000.0 * longest_call_s(llm))
     bcfg = dataclasses.replace(cfg, seed=seed, llm=llm, env=dataclasses.replace(cfg.env, num_envs=1))
     bridge = LLMBridge(bcfg, None, VectorEnv([env]), agent)
     if saved is not None:

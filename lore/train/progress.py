@@ -58,5 +58,5 @@ def number_or_nan(value: object) -> float:
     """``value`` as a float; NaN when it is not a number."""
     try:
         return float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an integer of thousands of digits
         return math.nan

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from lore.config import ConfigError, RunConfig, config_from_saved, dotted, save_config, to_dict
+from lore.llm.ledger import LEDGER_NAME
 from lore.train.checkpoint import (
     CheckpointError,
     agent_mismatch,
@@ -43,7 +44,15 @@ from lore.train.progress import eta_seconds, format_duration, log_points, traini
 from lore.train.random_policy import UniformRandomPolicy
 from lore.train.records import CsvTable, TensorBoard
 from lore.train.replay import SequenceReplay, space_row_spec
-from lore.utils.io import atomic_write_text, expand_run_dir, remove_stale_temporaries
+from lore.utils.io import (
+    LOCK_NAME,
+    UnsafeFileError,
+    atomic_write_text,
+    check_state_file,
+    expand_run_dir,
+    read_bounded,
+    remove_stale_temporaries,
+)
 from lore.utils.provenance import code_version, run_provenance
 
 CHECKPOINT = "checkpoint.pt"
@@ -116,22 +125,30 @@ def preflight(cfg: RunConfig, run_dir: Path | None = None) -> None:
             ReplayBackend(llm.replay_ledger).close()
         except (LLMConfigError, OSError, ValueError) as e:
             raise ConfigError(f"llm.replay_ledger: {e}") from None
-    if llm.backend == "gemini":
+    from lore.llm.backends import REMOTE_BACKENDS
+
+    if llm.backend in REMOTE_BACKENDS:
         from lore.llm.secrets import API_KEY_ENV
 
-        if not os.environ.get(API_KEY_ENV, "").strip():
+        if llm.backend == "gemini" and not os.environ.get(API_KEY_ENV, "").strip():
             raise ConfigError(f"llm.backend: 'gemini' needs the {API_KEY_ENV} environment variable "
                               f"(or use llm.backend=scripted, the offline advisor)")
-        from lore.llm.backends import LLMConfigError, check_gemini_endpoint
+        from lore.llm.backends import LLMConfigError, check_endpoint
 
         try:  # one model lookup: an endpoint that cannot answer fails here, not after the run
-            check_gemini_endpoint(llm)
+            check_endpoint(llm)
         except LLMConfigError as e:
             raise ConfigError(str(e)) from None
     cache_path = expand_run_dir(llm.cache_path, run_dir)
-    if llm.backend in ("scripted", "gemini") and cache_path:
+    if llm.backend in ("scripted", *REMOTE_BACKENDS) and cache_path:
         _check_creatable_file("llm.cache_path", cache_path)
-    if llm.backend in ("scripted", "gemini") and getattr(llm, "shared_cache", None):
+        from lore.llm.cache import check_cache
+
+        try:  # an existing cache is checked before the run writes anything
+            check_cache(cache_path)
+        except ValueError as e:
+            raise ConfigError(f"llm.cache_path: {e}") from None
+    if llm.backend in ("scripted", *REMOTE_BACKENDS) and getattr(llm, "shared_cache", None):
         from lore.llm.cache import AdviceCache
 
         try:  # read-only: opening it proves it is a readable answer cache and touches nothing
@@ -606,6 +623,33 @@ class Trainer:
             signal.signal(sig, h)
 
 
+RUN_STATE_FILES = (LOCK_NAME, CHECKPOINT, DONE, "config.yaml", LEDGER_NAME, "metrics.csv", "eval.csv",
+                   "episodes.csv", "train.log")
+"""The files a run keeps in its directory and trusts on resume (besides its own answer cache)."""
+MAX_DONE_BYTES = 1 << 20
+"""A ``done`` summary is a few hundred bytes."""
+
+
+def check_run_state(cfg: RunConfig, run_dir: Path) -> None:
+    """Refuse (one-line :class:`ConfigError`, nothing written) a run directory whose state files
+    (:data:`RUN_STATE_FILES` and the run's own answer cache) are not regular files inside it: a symbolic
+    link out of it, a FIFO, a device or a folder in their place."""
+    if not run_dir.is_dir():
+        return
+    names = [run_dir / name for name in RUN_STATE_FILES]
+    cache = expand_run_dir(cfg.llm.cache_path, run_dir)
+    if cache and Path(cache).parent.resolve() == run_dir.resolve():
+        names.append(Path(cache))
+    for path in names:
+        try:
+            check_state_file(path, run_dir)
+        except UnsafeFileError as e:
+            reason = str(e).removeprefix(str(path)).strip()
+            if path.name == DONE:  # nothing computed is lost: the checkpoint resumes the run
+                reason = reason.replace("move it away", "delete it to resume the run from its checkpoint")
+            raise ConfigError(f"run directory {run_dir}: `{path.name}` {reason}") from None
+
+
 def read_done(path: Path) -> dict:
     """The summary in a run's ``done`` marker; a clear error (nothing touched) if it is not one.
 
@@ -616,8 +660,10 @@ def read_done(path: Path) -> dict:
     if not path.is_file():
         raise ConfigError(f"run directory {path.parent}: `done` is not a file; {hint}")
     try:
-        summary = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        summary = json.loads(read_bounded(path, MAX_DONE_BYTES, directory=path.parent).decode("utf-8"))
+    except UnsafeFileError as e:
+        raise ConfigError(f"run directory {path.parent}: {e}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError, ValueError) as e:
         raise ConfigError(f"run directory {path.parent}: `done` is not a valid run summary ({e}); {hint}") from None
     if not isinstance(summary, dict):
         raise ConfigError(f"run directory {path.parent}: `done` is not a valid run summary "
@@ -655,6 +701,7 @@ def train(cfg: RunConfig, run_dir: str | Path, show_progress: bool | None = None
 
     run_dir = Path(run_dir)
     done = run_dir / DONE
+    check_run_state(cfg, run_dir)
     if done.exists():
         return finished_summary(cfg, run_dir)
     preflight(cfg, run_dir)
@@ -671,3 +718,5 @@ def train(cfg: RunConfig, run_dir: str | Path, show_progress: bool | None = None
             return trainer.run(payload)
     except DirectoryLocked as e:
         raise ConfigError(f"run directory {e}") from None
+    except UnsafeFileError as e:
+        raise ConfigError(f"run directory: {e}") from None

@@ -43,6 +43,8 @@ rule experiment_compare:
     output:
         md=f"{EXP.RESULTS_DIR}/{{name}}/comparison.md",
         csv=f"{EXP.RESULTS_DIR}/{{name}}/comparison.csv",
+        arms=f"{EXP.RESULTS_DIR}/{{name}}/arms.csv",
+        figure=f"{EXP.RESULTS_DIR}/{{name}}/fig_success.png",
         verdict=f"{EXP.RESULTS_DIR}/{{name}}/verdict.json",
         record=f"{EXP.RECORDS_DIR}/{{name}}.json",
     log:
