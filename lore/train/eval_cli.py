@@ -74,7 +74,7 @@ def run_eval(opts: EvalOptions) -> dict:
     """
     from lore.train.checkpoint import CheckpointError
     from lore.train.records import CsvTable
-    from lore.train.trainer import resolve_device
+    from lore.train.run_dir import resolve_device
 
     run_dir = Path(opts.run_dir)
     cfg, payload, (cfg_path, ckpt_path) = _read_run(opts, run_dir)
@@ -147,7 +147,7 @@ def _read_run(opts: EvalOptions, run_dir: Path) -> tuple[RunConfig, dict, tuple[
     """The run's config and checkpoint, checked against each other and the options -> (config, checkpoint
     payload, (config path, checkpoint path)); ConfigError or CheckpointError before anything is written."""
     from lore.train.checkpoint import CheckpointError, load_checkpoint
-    from lore.train.trainer import CHECKPOINT, checkpoint_mismatch
+    from lore.train.run_dir import CHECKPOINT, checkpoint_mismatch
 
     if not run_dir.is_dir():
         raise ConfigError(f"run directory {run_dir} does not exist")
