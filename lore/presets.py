@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from lore.validation import ConfigError
+from lore.validation import ConfigError, Limit, ranged
 
 
 @dataclass
@@ -36,16 +36,19 @@ class ModelConfig:
     """Network sizes. ``preset`` fills every field left as None (see :mod:`lore.presets`)."""
 
     preset: str = "xs"
-    deter: int | None = None
-    stoch: int | None = None
-    classes: int | None = None
-    units: int | None = None
-    layers: int | None = None
-    cnn_depth: int | None = None
-    bins: int | None = None
-    value_heads: int | None = None
-    ensemble: int | None = None
-    feature_units: int | None = None
+    # Ranges of the network sizes (after the preset is applied): ~8-16x the largest preset ("m"). The total
+    # is also capped by lore.config.MAX_PARAMETERS, since a layer count and a width that are each fine can
+    # multiply out of memory.
+    deter: int | None = ranged(None, Limit(1, 16_384))
+    stoch: int | None = ranged(None, Limit(1, 1024))
+    classes: int | None = ranged(None, Limit(1, 1024))
+    units: int | None = ranged(None, Limit(1, 16_384))
+    layers: int | None = ranged(None, Limit(1, 64))
+    cnn_depth: int | None = ranged(None, Limit(1, 1024))
+    bins: int | None = ranged(None, Limit(3, 4095))  # odd (so 0 is a bin), see lore.dreamer.math
+    value_heads: int | None = ranged(None, Limit(1, 64))
+    ensemble: int | None = ranged(None, Limit(1, 64))
+    feature_units: int | None = ranged(None, Limit(1, 16_384))
 
 
 PRESETS: dict[str, dict[str, int]] = {

@@ -107,8 +107,9 @@ ROOMS = {
     "lore.train": "training loop, replay, evaluation, checkpoints",
     "lore.analysis": "grid, status, tables, statistics, figures, paper",
 }
-"""The rooms the diagram shows; the top-level modules (config, presets, ablations, cli) and lore.utils are shared."""
-SHARED = {"lore.utils"}
+"""The rooms the diagram shows; the top-level modules (presets, ablations, validation, cli) and the packages in
+:data:`SHARED` (the run configuration, small I/O helpers) are shared by every room."""
+SHARED = {"lore.config", "lore.utils"}
 DOORS = {
     "transform": "act(transform): the action logits when acting",
     "actor_term": "actor_term: an extra actor-loss term",

@@ -689,7 +689,7 @@ DEFAULT_NUMBER_MACROS = {
     "loreRetnormHigh": ("dreamer.retnorm_high", "cfg_dreamer_retnorm_high", 1.0),
 }
 """Agent settings the implementation section quotes: (config key, run column, scale); from the
-runs where they logged the field, else the defaults in lore/config.py."""
+runs where they logged the field, else the defaults in lore/config/sections.py."""
 
 
 def _relevant(runs: pd.DataFrame, column: str) -> pd.Series:

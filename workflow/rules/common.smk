@@ -163,10 +163,12 @@ def shared_cache(wildcards):
 _ENVS_CODE = ["envs/base", "envs/crafter", "envs/factory", "envs/minigrid", "envs/vector"]
 _TABLES_CODE = ["analysis/cli", "analysis/aggregate", "analysis/runs", "analysis/stats", "analysis/settings",
                 "analysis/latex", "analysis/synthetic", "analysis/outputs", "utils/io", "ablations", *_ENVS_CODE]
+# the defaults the paper quotes come from lore.config, a package: every module of it
+_CONFIG_CODE = [f"config/{path.stem}" for path in sorted((REPO / "lore" / "config").glob("*.py"))]
 ANALYSIS_CODE = {
     "aggregate": _TABLES_CODE,
     "figures": _TABLES_CODE + ["analysis/figures"],
-    "paper_macros": _TABLES_CODE + ["analysis/figures", "analysis/paper", "config"],
+    "paper_macros": _TABLES_CODE + ["analysis/figures", "analysis/paper", *_CONFIG_CODE],
     # paper-build only compiles the TeX, but loading lore.analysis.paper loads the table code too
     "paper": ["analysis/cli", "analysis/paper", "analysis/aggregate", "analysis/latex", "analysis/runs",
               "analysis/settings", "analysis/stats", "analysis/outputs", "utils/io", *_ENVS_CODE],
