@@ -79,12 +79,18 @@ _WORKER_ENV = {
 }
 # `-S` (no site: no .pth files run), `-s` (no user site), `-B` (no .pyc writes). Not `-I`/`-E`: they
 # would also ignore PYTHONHASHSEED, and the environment is ours entirely anyway. `-c` instead of a
-# script path keeps lore/sandbox/ off sys.path; the worker module is loaded by file path.
+# script path keeps lore/sandbox/ off sys.path. The worker module is loaded by file path as
+# `lore.sandbox.<name>`, under stand-in `lore` and `lore.sandbox` packages whose only search path is
+# that file's directory: its sibling modules import, no package __init__ runs (lore's may pull in
+# torch), and nothing else of lore can be imported.
 _BOOTSTRAP = (
-    "import sys, json, importlib.util as u; c = json.loads(sys.argv[2]); "
-    "sys.path[:] = [p for p in sys.path if p] + c['sys_path']; "
-    "s = u.spec_from_file_location('lore_sandbox_worker', sys.argv[1]); m = u.module_from_spec(s); "
-    "s.loader.exec_module(m); m.main(sys.argv[2])"
+    "import importlib, json, os, sys, types\n"
+    "c = json.loads(sys.argv[2])\n"
+    "sys.path[:] = [p for p in sys.path if p] + c['sys_path']\n"
+    "folder, name = os.path.split(sys.argv[1])\n"
+    "for package, path in (('lore', []), ('lore.sandbox', [folder])):\n"
+    "    sys.modules[package] = m = types.ModuleType(package); m.__path__ = path\n"
+    "importlib.import_module('lore.sandbox.' + name.removesuffix('.py')).main(sys.argv[2])\n"
 )
 
 
