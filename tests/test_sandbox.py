@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 from lore.sandbox import FAILURE_KINDS, FeatureResult, FeatureSandbox, code_id
-from lore.sandbox import worker as worker_module
+from lore.sandbox.hardening import harden
+from lore.sandbox.results import MAX_NAME_CHARS
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux")
 
@@ -166,7 +167,7 @@ def test_dict_keys_come_back_as_clean_short_text(sandbox):
     code = _fn("return {'\\ud800bad': 1.0, 'k' * 500: 2.0, 'émoji 🙂': 3.0, 'line\\nbreak': 4.0}")
     result = sandbox.run(code, {})
     assert result.ok, result.error
-    assert all(len(name) <= worker_module.MAX_NAME_CHARS for name in result.names)
+    assert all(len(name) <= MAX_NAME_CHARS for name in result.names)
     for name in result.names:
         name.encode("utf-8")  # no lone surrogates
     assert result.names[2] == "émoji 🙂" and result.names[3] == "line break"
@@ -675,7 +676,7 @@ def test_hardening_holds_without_the_python_layer(tmp_path):
     if pid == 0:  # child: never returns into pytest
         try:
             os.close(read_fd)
-            report = worker_module.harden({"root_dir": root, "memory_mb": 64, "cpu_lifetime_s": 30})
+            report = harden({"root_dir": root, "memory_mb": 64, "cpu_lifetime_s": 30})
             attempts = {}
 
             def attempt(name, action):

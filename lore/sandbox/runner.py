@@ -3,7 +3,7 @@
 
 A security boundary, in three layers (``docs/sandbox.md`` has the threat model):
 
-1. a static check of the source (:func:`lore.sandbox.worker.check_source`): size limit,
+1. a static check of the source (:func:`lore.sandbox.checker.check_source`): size limit,
    an allow-list of syntax, only ``import math`` / ``import numpy`` (numpy through an allow-list of
    functions), no dunder names or ``_``-attributes, no ``eval``/``open``/``getattr``/``type``..., no
    attribute assignment, no classes, generators, ``global``, bare ``except``; at top level only
@@ -51,17 +51,15 @@ from pathlib import Path
 import numpy as np
 
 import lore.sandbox.worker as worker_module
-from lore.sandbox.worker import FAILURE_KINDS, FRAME_HEADER, check_source, clean_text
+from lore.sandbox.checker import check_source
+from lore.sandbox.protocol import MIN_REPLY_CAP, framed, pack_observations, reply_cap, take_frame
+from lore.sandbox.results import FAILURE_KINDS, MAX_MESSAGE_CHARS, MAX_NAME_CHARS, clean_text
 
 __all__ = ["FAILURE_KINDS", "FeatureResult", "FeatureSandbox", "SandboxError", "code_id"]
 
 log = logging.getLogger(__name__)
 
 MAX_N_FEATURES = 4096
-_MIN_REPLY_CAP = 64 * 1024
-# Reply size cap: a float (<= 24 chars), a key (<= 4 UTF-8 bytes per character), JSON punctuation.
-_REPLY_BYTES_PER_FEATURE = 32 + 4 * worker_module.MAX_NAME_CHARS + 8
-_REPLY_BYTES_PER_OBS = 4 * worker_module.MAX_MESSAGE_CHARS + 64
 _CHECK_CACHE_SIZE = 256
 _STREAKS_SIZE = 1024
 _WORKER_FAILURE_KINDS = tuple(kind for kind in FAILURE_KINDS if kind != "disabled")  # "disabled" is ours
@@ -169,7 +167,7 @@ class _Worker:
             self.spawn()
         if self.info is not None:
             return
-        frame = self.read_frame(self._start_deadline, _MIN_REPLY_CAP)
+        frame = self.read_frame(self._start_deadline, MIN_REPLY_CAP)
         if not isinstance(frame, bytes):
             reason = {"timeout": f"no handshake within {self._start_timeout_s:g} s"}.get(frame, frame)
             code = self.proc.poll() if self.proc else None
@@ -206,7 +204,7 @@ class _Worker:
 
     def send(self, payload: bytes, deadline: float) -> str | None:
         """Write one frame before ``deadline``; None on success, else ``"timeout"`` / ``"closed"``."""
-        data = memoryview(FRAME_HEADER.pack(len(payload)) + payload)
+        data = memoryview(framed(payload))
         fd = self.proc.stdin.fileno()
         self._buffer.clear()  # nothing unread from an earlier request may pose as this reply
         while data:
@@ -236,17 +234,7 @@ class _Worker:
         if not chunk:
             return "closed"
         self._buffer += chunk
-        if len(self._buffer) < FRAME_HEADER.size:
-            return None
-        (length,) = FRAME_HEADER.unpack_from(self._buffer)
-        if length > cap:
-            return "too_large"
-        end = FRAME_HEADER.size + length
-        if len(self._buffer) < end:
-            return None
-        frame = bytes(self._buffer[FRAME_HEADER.size:end])
-        del self._buffer[:end]
-        return frame
+        return take_frame(self._buffer, cap)
 
     def read_frame(self, deadline: float, cap: int) -> bytes | str:
         """Block until a frame arrives: the frame, or ``"timeout"`` / ``"closed"`` / ``"too_large"``."""
@@ -320,7 +308,7 @@ class _FailureStreaks:
             self._streaks[cid] = streak  # most recent last; the oldest is forgotten first
             _trim(self._streaks, _STREAKS_SIZE)
             return False
-        last = clean_text(counted[-1].error, worker_module.MAX_MESSAGE_CHARS)
+        last = clean_text(counted[-1].error, MAX_MESSAGE_CHARS)
         self.disabled[cid] = f"feature code failed {streak} calls in a row (last: {last})"
         _trim(self.disabled, _STREAKS_SIZE)
         return True
@@ -551,13 +539,12 @@ class FeatureSandbox:
         jobs: list[_Job] = []
         for w, lo, hi in zip(self._workers, bounds[:-1], bounds[1:], strict=False):
             self._ready(w, (hi - lo) * self.timeout_s)
-            request = {"code_id": cid, "source": code, "obs": _pack(observations[lo:hi]),
+            request = {"code_id": cid, "source": code, "obs": pack_observations(observations[lo:hi]),
                        "n_features": self.n_features, "timeout_s": self.timeout_s}
             payload = pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL)
             # The deadline starts after the handshake: a cold start does not eat into the code's time.
             deadline = time.monotonic() + (hi - lo) * self.timeout_s + self.kill_grace_s
-            cap = _MIN_REPLY_CAP + (hi - lo) * (self.n_features * _REPLY_BYTES_PER_FEATURE + _REPLY_BYTES_PER_OBS)
-            job = _Job(w, hi - lo, deadline, cap)
+            job = _Job(w, hi - lo, deadline, reply_cap(hi - lo, self.n_features))
             failure = w.send(payload, deadline)
             if failure:
                 job.entries = self._fail_worker(w, job.n, failure)
@@ -639,8 +626,8 @@ class FeatureSandbox:
                                           and all(isinstance(s, str) for s in names)):
                 raise ValueError("malformed names")
         if names is not None:
-            names = [clean_text(name, worker_module.MAX_NAME_CHARS) for name in names]
-        return [kind, clean_text(message, worker_module.MAX_MESSAGE_CHARS), values, names]
+            names = [clean_text(name, MAX_NAME_CHARS) for name in names]
+        return [kind, clean_text(message, MAX_MESSAGE_CHARS), values, names]
 
     def _run_cached(self, cid: str, code: str, observations: list[dict]) -> list[FeatureResult]:
         """Results of the cached observations from the cache, the others from the workers."""
@@ -726,18 +713,6 @@ def _describe_exit(code: int | None) -> str:
         except ValueError:
             return f"killed by signal {-code}"
     return f"exit status {code}"
-
-
-def _pack(observations: list[dict]) -> dict:
-    """Observations with one layout (same keys, shapes, dtypes) travel as one stacked array per key:
-    pickling a few arrays instead of thousands is most of the cost of a batch."""
-    first = observations[0]
-    layout = [(k, v.shape, v.dtype) for k, v in first.items()]
-    if all(len(obs) == len(layout) and all(k in obs and obs[k].shape == shape and obs[k].dtype == dtype
-                                           for k, shape, dtype in layout) for obs in observations):
-        return {"stacked": {k: np.stack([obs[k] for obs in observations]) for k in first},  # [n, ...]
-                "n": len(observations)}
-    return {"list": observations}
 
 
 def _observation_digest(obs: dict) -> bytes:
