@@ -817,12 +817,12 @@ def main(config_text):
                                              ("wrong_count", "worker_crashed"), ("bad_values", "worker_crashed"),
                                              ("unknown_kind", "worker_crashed"), ("exit", "worker_crashed")])
 def test_parent_survives_a_compromised_worker(tmp_path, monkeypatch, behaviour, kind):
-    import lore.sandbox.runner as sandbox_module
+    import lore.sandbox.process as process_module
 
     marker = tmp_path / "unpickled_in_parent"
     fake = tmp_path / "fake_worker.py"
     fake.write_text(FAKE_WORKER.format(behaviour=behaviour, marker=str(marker)))
-    monkeypatch.setattr(sandbox_module, "_WORKER_FILE", str(fake))
+    monkeypatch.setattr(process_module, "_WORKER_FILE", str(fake))
     with FeatureSandbox(N, timeout_s=TIMEOUT) as sb:
         start = time.monotonic()
         result = sb.run(FEATURES_LIST, minigrid_snapshot())
@@ -834,12 +834,12 @@ def test_parent_survives_a_compromised_worker(tmp_path, monkeypatch, behaviour, 
 
 
 def test_worker_that_never_starts_raises_sandbox_error(tmp_path, monkeypatch):
-    import lore.sandbox.runner as sandbox_module
+    import lore.sandbox.process as process_module
     from lore.sandbox import SandboxError
 
     fake = tmp_path / "fake_worker.py"
     fake.write_text(FAKE_WORKER.format(behaviour="no_handshake", marker=""))
-    monkeypatch.setattr(sandbox_module, "_WORKER_FILE", str(fake))
+    monkeypatch.setattr(process_module, "_WORKER_FILE", str(fake))
     with FeatureSandbox(N) as sb:
         with pytest.raises(SandboxError, match="failed to start"):
             sb.start()

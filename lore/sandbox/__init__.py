@@ -3,8 +3,10 @@
 A security boundary of its own, kept apart from the LLM client (:mod:`lore.llm` imports from here,
 never the other way round). The parent side:
 
-* :mod:`lore.sandbox.runner`: :class:`FeatureSandbox` (worker pool, deadlines, validation of the
-  replies, disabling code that keeps failing).
+* :mod:`lore.sandbox.runner`: :class:`FeatureSandbox`, the worker pool (batches, deadlines, cache);
+* :mod:`lore.sandbox.process`: one worker process (start, handshake, framed I/O, kill);
+* :mod:`lore.sandbox.validation`: layer 3, the checks of a worker's untrusted reply;
+* :mod:`lore.sandbox.streaks`: disabling code that keeps failing.
 
 Shared by both sides (standard library and numpy only):
 
@@ -22,7 +24,9 @@ The worker side, loaded by file path in a fresh interpreter (no ``lore`` package
 """
 
 from lore.sandbox.checker import check_source
+from lore.sandbox.process import SandboxError
 from lore.sandbox.results import FAILURE_KINDS
-from lore.sandbox.runner import FeatureResult, FeatureSandbox, SandboxError, code_id
+from lore.sandbox.runner import FeatureSandbox, code_id
+from lore.sandbox.validation import FeatureResult
 
 __all__ = ["FAILURE_KINDS", "FeatureResult", "FeatureSandbox", "SandboxError", "check_source", "code_id"]
