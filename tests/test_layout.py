@@ -88,6 +88,14 @@ def test_the_feature_sandbox_does_not_depend_on_the_llm_client(package):
     assert not {m for m in seen if m.startswith("lore.llm")}, sorted(seen)
 
 
+def test_the_sandbox_worker_imports_only_the_worker_side():
+    """The worker process reaches lore/sandbox/ modules alone, by file path (docs/sandbox.md): it must not
+    import the parent's side (runner, process, validation, streaks) or anything else of lore."""
+    worker_side = {f"lore.sandbox.{name}" for name in ("worker", "addresses", "checker", "hardening", "namespace",
+                                                       "protocol", "results", "rules", "seccomp")}
+    assert reaches(import_graph(), "lore.sandbox.worker") == worker_side
+
+
 def test_lore_uses_torch_compile_not_torch_jit():
     """Scripting (torch.jit) is deprecated; the compiled paths use torch.compile (``train.compile``)."""
     users = sorted(str(p.relative_to(LORE.parent)) for p in LORE.rglob("*.py") if "torch.jit" in p.read_text())
