@@ -163,12 +163,15 @@ def shared_cache(wildcards):
 _ENVS_CODE = ["envs/base", "envs/crafter", "envs/factory", "envs/minigrid", "envs/vector"]
 _TABLES_CODE = ["analysis/cli", "analysis/aggregate", "analysis/runs", "analysis/stats", "analysis/settings",
                 "analysis/latex", "analysis/synthetic", "analysis/outputs", "utils/io", "ablations", *_ENVS_CODE]
+# lore.analysis.paper and the modules it assembles macros.tex from
+_PAPER_CODE = ["analysis/paper", "analysis/paper_macros", "analysis/paper_numbers", "analysis/paper_results",
+               "analysis/paper_method"]
 ANALYSIS_CODE = {
     "aggregate": _TABLES_CODE,
     "figures": _TABLES_CODE + ["analysis/figures"],
-    "paper_macros": _TABLES_CODE + ["analysis/figures", "analysis/paper", "config"],
+    "paper_macros": _TABLES_CODE + ["analysis/figures", *_PAPER_CODE, "config"],
     # paper-build only compiles the TeX, but loading lore.analysis.paper loads the table code too
-    "paper": ["analysis/cli", "analysis/paper", "analysis/aggregate", "analysis/latex", "analysis/runs",
+    "paper": ["analysis/cli", *_PAPER_CODE, "analysis/aggregate", "analysis/latex", "analysis/runs",
               "analysis/settings", "analysis/stats", "analysis/outputs", "utils/io", *_ENVS_CODE],
     "benchmark_report": _TABLES_CODE + ["analysis/benchmark_report"],
 }
