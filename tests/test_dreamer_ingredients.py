@@ -139,8 +139,8 @@ def test_dreamer_defaults_are_the_published_ones():
     # actor_opt / critic_opt). DreamerConfig says "2023 paper settings", and 3e-5 is that paper's value;
     # [code24] uses one optimiser with lr 4e-5, eps 1e-20 and adaptive gradient clipping 0.3 instead.
     assert (d.ac_lr, d.ac_eps, d.ac_clip) == (3e-5, 1e-5, 100.0)
-    # LoRe's own additions (not in DreamerV3): bootstrapped critic heads, the disagreement ensemble
-    assert (d.value_bootstrap, d.ensemble_scale) == (0.5, 1.0)
+    # LoRe's own addition (not in DreamerV3): bootstrapped critic heads
+    assert d.value_bootstrap == 0.5
 
 
 def test_train_defaults_are_the_published_ones():

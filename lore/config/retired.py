@@ -25,6 +25,7 @@ RETIRED: dict[str, Any] = {
     "prior.w_entropy": 1.0,
     "prior.w_value": 0.0,
     "prior.w_disagreement": 0.0,
+    "dreamer.ensemble_scale": 1.0,
     "prior.absorb_over": "advised",
     "prior.absorb_trust": "loss",
     "prior.lambda_kl": 0.1,

@@ -65,8 +65,6 @@ class DreamerConfig:
     imag_last: int = ranged(0, Limit(0, 65_536))  # and <= train.batch_length
     """Imagine only from the last N steps of each replayed sequence (0 = every posterior state,
     DreamerV3's default). A CPU speed knob: the critic ensemble on B*T*H states dominates an update."""
-    ensemble_scale: float = ranged(1.0, _SCALE)
-    """Loss scale of the one-step disagreement ensemble (trained on stopped WM features)."""
     value_bootstrap: float = ranged(0.5, Limit(0.0, 1.0, lo_open=True))
     """Probability that a critic head trains on an imagination start state (bootstrapped heads, so
     their spread measures value uncertainty; 1 = every head on every state, no spread)."""

@@ -88,9 +88,8 @@ def estimated_parameters(model: ModelConfig, num_actions: int = 20, obs_dim: int
         + units * (model.deter + obs_dim)
     heads = mlp(obs_dim, obs_dim) + mlp(feat, obs_dim) + mlp(feat, model.bins) + mlp(feat, 1) + mlp(feat, num_actions)
     critic = 2 * model.value_heads * mlp(feat, model.bins)  # critic + slow copy (separate trunks: the upper bound)
-    ensemble = model.ensemble * mlp(feat + num_actions, latent)
     cnn = 2 * 9 * model.cnn_depth ** 2 * (2 + 8 + 32)  # encoder + decoder, depths d, 2d, 4d, 8d
-    return rssm + heads + critic + ensemble + cnn + mlp(model.feature_units, model.feature_units)
+    return rssm + heads + critic + cnn + mlp(model.feature_units, model.feature_units)
 
 
 def _check_env_name(name: str) -> None:
