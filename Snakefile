@@ -53,7 +53,7 @@ rule all:
 
 # ---------------------------------------------------------------- the console at the end
 onsuccess:
-    from lore.train.status import workflow_lines
+    from lore.analysis.status import workflow_lines
 
     if EXPERIMENTS:
         print("\n".join(experiment_lines()))
@@ -62,7 +62,7 @@ onsuccess:
 
 
 onerror:
-    from lore.train.status import workflow_lines
+    from lore.analysis.status import workflow_lines
 
     print("\n".join(workflow_lines(runs_root(config), TRAIN_JOBS)))
     print(f"  `lore status {RESULTS}` shows every run; job logs are under {LOGS}")

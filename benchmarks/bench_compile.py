@@ -1,4 +1,4 @@
-"""Eager against compiled (``train.compile: update``): ms per DreamerAgent.train_step and per act step, per preset.
+"""Eager against compiled (``train.compile: update``): ms per LoReAgent.train_step and per act step, per preset.
 
     .venv/bin/python benchmarks/bench_compile.py                       # debug, xs, s; batch 16x64; 1 thread
     .venv/bin/python benchmarks/bench_compile.py --presets debug --batch-length 16 --json out.json
@@ -26,8 +26,8 @@ import torch
 from bench_update import doorkey_spaces, random_batch
 
 from lore.config import build_config, load_config
-from lore.dreamer.agent import DreamerAgent
 from lore.envs import make_env_from_config
+from lore.method import LoReAgent
 
 
 def quartiles(ms: list[float]) -> tuple[float, float, float]:
@@ -71,7 +71,7 @@ def run(preset: str, b: int, t: int, rounds: int, device: torch.device, envs: in
     space, actions, source, config = spaces(run_config)
     overrides = [f"model.preset={preset}", "ablation=full", f"train.batch_size={b}", f"train.batch_length={t}",
                  f"device={device.type}"]
-    agents = {mode: DreamerAgent(space, actions, config([*overrides, f"train.compile={mode}"]), device)
+    agents = {mode: LoReAgent(space, actions, config([*overrides, f"train.compile={mode}"]), device)
               for mode in ("off", "update")}
     agents["update"].load_state_dict(copy.deepcopy(agents["off"].state_dict()))
     batch = random_batch(space, actions, b, t)

@@ -61,16 +61,16 @@ class RandomWorldModel(nn.Module):
 
 
 def make_agent(preset: str, num_actions: int):
-    """The real DreamerAgent (untrained) at ``preset``; planning never touches the encoder."""
+    """The real agent (untrained LoReAgent) at ``preset``; planning never touches the encoder."""
     import gymnasium
     import numpy as np
 
     from lore.config import build_config
-    from lore.dreamer.agent import DreamerAgent
+    from lore.method import LoReAgent
 
     cfg = build_config(overrides=[f"model.preset={preset}"])
     space = gymnasium.spaces.Dict({"symbolic": gymnasium.spaces.Box(-np.inf, np.inf, (147,), np.float32)})
-    return DreamerAgent(space, num_actions, cfg, torch.device("cpu"))
+    return LoReAgent(space, num_actions, cfg, torch.device("cpu"))
 
 
 def start_latents(model, batch: int) -> torch.Tensor:
@@ -112,7 +112,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--sweep", action="store_true", help="also vary N, H, K and the env batch")
     parser.add_argument("--agent", action="store_true",
-                        help="also time the real DreamerAgent's plan_callables at this preset")
+                        help="also time the real LoReAgent's plan_callables at this preset")
     parser.add_argument("--json", help="write the results here too")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)

@@ -1,4 +1,4 @@
-"""bf16 autocast and torch.compile (``train.compile``) against float32 eager: ms per DreamerAgent.train_step.
+"""bf16 autocast and torch.compile (``train.compile``) against float32 eager: ms per LoReAgent.train_step.
 
     .venv/bin/python benchmarks/bench_precision.py --device cuda --json out.json     # a GPU, pixel Crafter, preset m
     .venv/bin/python benchmarks/bench_precision.py --device cpu --preset debug --obs symbolic --repeats 3
@@ -23,8 +23,8 @@ import torch
 from bench_update import random_batch
 
 from lore.config import build_config
-from lore.dreamer.agent import DreamerAgent
 from lore.envs import make_env
+from lore.method import LoReAgent
 
 MODES = {"fp32": ("float32", "off"), "bf16": ("bfloat16", "off"),
          "fp32+networks": ("float32", "networks"), "fp32+update": ("float32", "update"),
@@ -37,13 +37,13 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def build(mode: str, args, space, actions: int, device: torch.device) -> DreamerAgent:
+def build(mode: str, args, space, actions: int, device: torch.device) -> LoReAgent:
     precision, compiled = MODES[mode]
     cfg = build_config(overrides=[f"model.preset={args.preset}", f"env.name={args.env}", f"env.obs={args.obs}",
                                   f"ablation={args.ablation}", f"train.precision={precision}",
                                   f"train.compile={compiled}", f"device={device.type}"])
     torch.manual_seed(0)
-    return DreamerAgent(space, actions, cfg, device)
+    return LoReAgent(space, actions, cfg, device)
 
 
 def main() -> None:
@@ -52,7 +52,7 @@ def main() -> None:
     parser.add_argument("--env", default="crafter")
     parser.add_argument("--obs", default="pixels")
     parser.add_argument("--preset", default="m")
-    parser.add_argument("--ablation", default="full", help="full: the uncertainty heads and ensemble the gate reads")
+    parser.add_argument("--ablation", default="full", help="full: the prior's terms, late fusion and the critic heads the gate reads")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--batch-length", type=int, default=64)
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
@@ -103,7 +103,7 @@ def main() -> None:
         drift = float(np.max(np.abs(np.asarray(losses[mode]) - reference) / np.maximum(np.abs(reference), 1e-8)))
         rows.append({"mode": mode, "ms": float(med), "q1": float(q1), "q3": float(q3), "ratio": float(med / base),
                      "first_call_ms": first_ms[mode], "peak_mb": peak_mb[mode], "wm_loss_rel_drift": drift,
-                     "compiled": len(agents[mode].compiled)})
+                     "compiled": len(agents[mode].dreamer.compiled)})
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"torch {torch.__version__}, {name}, {args.env}/{args.obs}, preset {args.preset}, ablation {args.ablation}, "
           f"batch {args.batch_size}x{args.batch_length}, {args.repeats} interleaved repeats")

@@ -10,7 +10,7 @@ a dry run checks that before the real install. No torchvision: sheeprl does not 
 
 The agents (``AGENTS``) are built in their own processes, each pinned to one torch thread: LoRe
 as the ``full`` ablation configures it by default ("full"), the same agent with its update compiled
-(``train.compile=update``: "compiled"), LoRe with 1 critic head and 1 ensemble member ("core") (these
+(``train.compile=update``: "compiled"), LoRe with 1 critic head ("core") (these
 three are ``LORE_AGENTS``) and sheeprl's ``dreamer_v3`` ("peer"), at XS (deter 256, units 256, 1 layer) and S
 (deter 512, units 512, 2 layers), both with 32x32 latents, 255 bins, a 147-d vector observation,
 7 actions, batch 16x64 and imagination from all 1,024 posterior states (horizon 15). The parent
@@ -55,7 +55,7 @@ LORE_AGENTS = AGENTS[:-1]
 """LoRe's variants, each the ``full`` ablation timed against the peer: its defaults (the gate reads the policy
 entropy; the bootstrapped critic heads feed the advice values), the same with ``train.compile=update`` (the
 world-model losses and the imagination with the actor and critic losses each one compiled graph, backward
-included), and the core (1 head, 1 ensemble member)."""
+included), and the core (1 head)."""
 LORE_OVERRIDES = {"full": [], "compiled": ["train.compile=update"],
                   "core": ["model.value_heads=1", "model.ensemble=1"]}
 """The settings each of ``LORE_AGENTS`` adds to the shared ones of :func:`build_lore`."""
@@ -67,8 +67,6 @@ DIFFERENCES = [
     "of the imagined trajectories and without one on the rest (the returns bootstrap from all heads on all "
     "states); LoRe compiled runs the heads dense instead, every head (and its slow copy) on every row, with the "
     "bootstrap weights as 0/2 masks on the losses, since a compiled graph reads no data-dependent row count.",
-    "LoRe holds a disagreement ensemble of one-step latent predictors (its parameters are counted below) but "
-    "does not train it; sheeprl has none.",
     "LoRe's `full` ablation fuses LLM-written features late into the encoder (`features.enabled`): its world "
     "model holds that small feature encoder (the few thousand parameters it has over sheeprl's), run on the "
     "batch's zero features.",
@@ -198,9 +196,8 @@ def build_lore(size: str, agent: str, batch: int, length: int):
     replay = {"obs.symbolic": data["obs"], "action": data["action"], "reward": data["reward"],
               "is_first": data["is_first"], "is_terminal": data["is_terminal"]}
     wm = count(lore.wm)
-    params = {"world model (without ensemble)": wm - count(lore.wm.ensemble), "ensemble": count(lore.wm.ensemble),
-              "actor": count(lore.actor), "critic": count(lore.critic),
-              "critic heads": cfg.model.value_heads, "ensemble members": cfg.model.ensemble}
+    params = {"world model (without ensemble)": wm, "ensemble": 0, "actor": count(lore.actor),
+              "critic": count(lore.critic), "critic heads": cfg.model.value_heads, "ensemble members": 0}
     return (lambda: lore.train_step(replay)), params
 
 
@@ -412,11 +409,11 @@ def report(rows: list[dict], meta: dict) -> str:
         f"32x32 latents, imagination from all {meta['batch'] * meta['length']:,} posterior states "
         f"(horizon {HORIZON}). {meta['cpus']} CPUs; {meta['when']}.",
         "",
-        "*full*: LoRe's `full` ablation with its defaults (3 bootstrapped critic heads; the gate reads the "
-        "policy entropy, so the disagreement ensemble is not trained); *compiled*: full with "
+        "*full*: LoRe's DreamerV3 with the `full` ablation's settings (3 bootstrapped critic heads, late-fused "
+        "features); *compiled*: full with "
         "`train.compile=update` (the world-model losses and the imagination with the actor and critic losses each "
         "one `torch.compile` graph, backward included; the critic heads run dense, every head on every row); "
-        "*core*: full with 1 critic head and 1 ensemble member; *peer*: sheeprl `dreamer_v3` at the same size. "
+        "*core*: full with 1 critic head; *peer*: sheeprl `dreamer_v3` at the same size. "
         "The replayed batch carries no advice, so no update scores advice. Updates run one at a time, "
         f"interleaved ({', '.join(AGENTS)}, order rotated each round), each agent in its own process; ratios are "
         f"taken within a round: median (interquartile range) over the rounds, after {meta.get('warmup', 2)} untimed "

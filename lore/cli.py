@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command in ("archive", "reproduce"):
             return _archive(args)
         if args.command == "status":
-            from lore.train.status import status_command
+            from lore.analysis.status import status_command
 
             try:
                 return status_command(args.root, args.config, args.json)
@@ -177,7 +177,7 @@ def _train(cfg, args) -> int:
             return fail(e)
         raise
     if args.finished_line:
-        from lore.train.status import write_finished_line
+        from lore.analysis.status import write_finished_line
 
         write_finished_line(args.run_dir, args.finished_line)
     if args.archive:

@@ -16,9 +16,9 @@ m          1024   640    3        32     32      48         pixel Crafter on GPU
 every size; ``xs`` keeps the 32 latents but has 16 classes each (half the latent width, for CPU
 cost), so it is not the paper's XS, and ``debug`` shrinks both only to keep tests fast. ``bins`` is the two-hot support size (255),
 ``value_heads`` the bootstrapped critic heads (their spread is the gate's value signal; their draws
-score the advice), ``ensemble`` the one-step latent predictors for world-model disagreement (built but,
-as nothing reads the disagreement, neither trained nor queried), ``feature_units`` the width
-of the late-fusion encoder for LLM features.
+score the advice), ``ensemble`` the member count of a one-step latent ensemble whose initial weights the
+world model draws and drops (so the weights drawn after them stay as every recorded run had them; nothing
+trains or reads the ensemble), ``feature_units`` the width of the late-fusion encoder for LLM features.
 
 An update costs roughly 3x more per preset step (debug < xs < s < m); on CPU use debug or xs.
 """
@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from lore.validation import ConfigError
+from lore.validation import ConfigError, Limit, ranged
 
 
 @dataclass
@@ -36,16 +36,19 @@ class ModelConfig:
     """Network sizes. ``preset`` fills every field left as None (see :mod:`lore.presets`)."""
 
     preset: str = "xs"
-    deter: int | None = None
-    stoch: int | None = None
-    classes: int | None = None
-    units: int | None = None
-    layers: int | None = None
-    cnn_depth: int | None = None
-    bins: int | None = None
-    value_heads: int | None = None
-    ensemble: int | None = None
-    feature_units: int | None = None
+    # Ranges of the network sizes (after the preset is applied): ~8-16x the largest preset ("m"). The total
+    # is also capped by lore.config.MAX_PARAMETERS, since a layer count and a width that are each fine can
+    # multiply out of memory.
+    deter: int | None = ranged(None, Limit(1, 16_384))
+    stoch: int | None = ranged(None, Limit(1, 1024))
+    classes: int | None = ranged(None, Limit(1, 1024))
+    units: int | None = ranged(None, Limit(1, 16_384))
+    layers: int | None = ranged(None, Limit(1, 64))
+    cnn_depth: int | None = ranged(None, Limit(1, 1024))
+    bins: int | None = ranged(None, Limit(3, 4095))  # odd (so 0 is a bin), see lore.dreamer.math
+    value_heads: int | None = ranged(None, Limit(1, 64))
+    ensemble: int | None = ranged(None, Limit(1, 64))
+    feature_units: int | None = ranged(None, Limit(1, 16_384))
 
 
 PRESETS: dict[str, dict[str, int]] = {

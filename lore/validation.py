@@ -1,11 +1,14 @@
-"""The configuration error and the value display every validator shares.
+"""The configuration error, the value display and the numeric ranges every validator shares.
 
 A leaf module: :mod:`lore.config`, :mod:`lore.presets` and :mod:`lore.ablations` all raise
 :class:`ConfigError`, and none of them may import another's validator for it (no import cycles).
+A numeric setting declares its accepted range in its own dataclass field (:func:`ranged`), which
+:mod:`lore.config.validate` reads.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import reprlib
 from typing import Any
@@ -56,3 +59,37 @@ def url_problem(url: str) -> str | None:
 def shown_url(url: str) -> str:
     """``url`` for an error message: shortened, with a ``user:password@`` part masked."""
     return show(re.sub(r"(?<=://)[^/@]*@", "***@", url))
+
+
+@dataclasses.dataclass(frozen=True)
+class Limit:
+    """The accepted range of one numeric key (ends open or closed)."""
+
+    lo: float
+    hi: float
+    lo_open: bool = False
+    hi_open: bool = False
+
+    def __contains__(self, x: float) -> bool:
+        above = x > self.lo if self.lo_open else x >= self.lo
+        below = x < self.hi if self.hi_open else x <= self.hi
+        return above and below
+
+    def __str__(self) -> str:
+        return (f"{'(' if self.lo_open else '['}{_number(self.lo)}, {_number(self.hi)}"
+                f"{')' if self.hi_open else ']'}")
+
+
+def _number(x: float) -> str:
+    if isinstance(x, int) and not isinstance(x, bool):
+        return f"{x:_}" if abs(x) >= 100_000 else str(x)
+    return f"{x:g}"
+
+
+RANGE = "range"
+"""The key of a dataclass field's metadata that holds its :class:`Limit`."""
+
+
+def ranged(default: Any, limit: Limit) -> Any:
+    """A dataclass field with ``default`` whose value must lie in ``limit`` (None, "not set", always passes)."""
+    return dataclasses.field(default=default, metadata={RANGE: limit})

@@ -14,9 +14,11 @@ from lore.analysis import stats as st
 from lore.analysis.aggregate import AnalysisSettings, Tables, aggregate
 from lore.analysis.cli import main as analysis_main
 from lore.analysis.latex import fmt_ci, fmt_rate, fmt_steps
-from lore.analysis.paper import macros_tex, write_generated
+from lore.analysis.paper import write_generated
+from lore.analysis.paper_macros import macros_tex
 from lore.analysis.runs import RunDataError, load_run, load_runs
 from lore.analysis.synthetic import SyntheticRun, achievement_names, run_dir_for, write_grid, write_run
+from lore.envs.crafter import crafter_score
 
 ENV = "MiniGrid-DoorKey-5x5-v0"
 
@@ -108,12 +110,12 @@ def test_window_metric_is_the_cumulative_training_success_median():
 
 
 def test_crafter_score_formula():
-    assert st.crafter_score(np.zeros(22)) == pytest.approx(0.0)
-    assert st.crafter_score(np.ones(22)) == pytest.approx(100.0)
+    assert crafter_score(np.zeros(22)) == pytest.approx(0.0)
+    assert crafter_score(np.ones(22)) == pytest.approx(100.0)
     # Half the achievements always, half never: exp(mean(ln 101, ln 1)) - 1 = sqrt(101) - 1
-    assert st.crafter_score(np.r_[np.ones(11), np.zeros(11)]) == pytest.approx(math.sqrt(101) - 1)
+    assert crafter_score(np.r_[np.ones(11), np.zeros(11)]) == pytest.approx(math.sqrt(101) - 1)
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
-        st.crafter_score(np.array([50.0]))  # percentages are not rates
+        crafter_score(np.array([50.0]))  # percentages are not rates
 
 
 # --------------------------------------------------------------------------- run directories
@@ -201,7 +203,7 @@ def test_crafter_runs_get_score_and_achievement_table(tmp_path):
                        SyntheticRun(env="crafter", ablation="rl_only", seed=s, steps=2000, eval_every=1000,
                                     achievement_rates=rates)) for s in range(2)]
     tables = aggregate(load_runs(paths), SETTINGS)
-    assert _stat(tables, "rl_only", "crafter_score", "mean", env="crafter") == pytest.approx(st.crafter_score(rates))
+    assert _stat(tables, "rl_only", "crafter_score", "mean", env="crafter") == pytest.approx(crafter_score(rates))
     ach = tables.achievements
     assert len(ach) == 22 and set(ach["achievement"]) == set(names)
     assert ach.set_index("achievement").loc[names[-1], "rate"] == pytest.approx(1.0)
@@ -422,7 +424,8 @@ def test_loop_metrics_take_the_whole_run_figures_and_the_report_tabulates_the_sh
 
 def test_kl_sentence_says_within_or_above_the_bound_from_the_numbers():
     from lore.analysis.aggregate import prior_run_metrics
-    from lore.analysis.paper import cfg_number, kl_sentence
+    from lore.analysis.paper_method import kl_sentence
+    from lore.analysis.paper_numbers import cfg_number
 
     def tables(kl_max):
         run = _prior_run([0.1, 0.4, kl_max, 0.8], [0.0, 1.0, 2.0, 3.0])
@@ -465,7 +468,8 @@ def findings_grid(tmp_path):
 
 
 def test_findings_wording_follows_the_statistics(findings_grid):
-    from lore.analysis.paper import comparison_pairs, comparisons, findings_summary, findings_text
+    from lore.analysis.paper_numbers import comparison_pairs, comparisons
+    from lore.analysis.paper_results import findings_summary, findings_text
 
     tables, settings = findings_grid
     assert comparison_pairs(tables, settings, ENV) == [
@@ -484,7 +488,7 @@ def test_findings_wording_follows_the_statistics(findings_grid):
 
 
 def test_train_sr_gap_and_untrained_floor_from_the_runs(tmp_path):
-    from lore.analysis.paper import chance_text, gap_text
+    from lore.analysis.paper_results import chance_text, gap_text
 
     # 4000 steps: the last quarter holds the episodes ending after 3000 (two of three succeed).
     episodes = {"episode_steps": [500, 1500, 3200, 3600, 3900], "train_success": [0, 0, 1, 1, 0]}
@@ -521,7 +525,9 @@ def test_sr_table_and_iqm_figure_show_the_last_budget_once_when_it_is_the_end(kn
 
 
 def test_setup_text_reports_what_ran(findings_grid):
-    from lore.analysis.paper import advisor_sentence, arms_text, goal_items, grid_sentence, setup_macros
+    from lore.analysis.paper_method import advisor_sentence, arms_text, grid_sentence
+    from lore.analysis.paper_numbers import setup_macros
+    from lore.analysis.paper_results import goal_items
 
     tables, settings = findings_grid
     assert plain(grid_sentence(tables)) == (
@@ -540,7 +546,7 @@ def test_setup_text_reports_what_ran(findings_grid):
 
 def test_temperature_sentence_says_when_alignment_never_refitted():
     from lore.analysis.aggregate import prior_run_metrics
-    from lore.analysis.paper import temperature_sentence
+    from lore.analysis.paper_method import temperature_sentence
 
     run = _prior_run([0.1, 0.4, 0.5, 0.8], [0.0, 1.0, 2.0, 3.0])
     run.metrics["temperature_refits"] = 0
@@ -570,7 +576,7 @@ def test_act_time_trust_gets_a_figure_row_only_where_it_is_not_the_absorption_tr
 
 
 def test_goals_report_the_unguarded_adversary_beside_the_low_regret_goal():
-    from lore.analysis.paper import goal_items
+    from lore.analysis.paper_results import goal_items
     from lore.analysis.settings import AnalysisSettings
 
     def row(arm, iqm, n=5):

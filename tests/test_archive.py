@@ -9,11 +9,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from workflow_helpers import job_counts, run_snakemake
+from workflow_helpers import REPO, job_counts, run_snakemake
 
 from lore.analysis import archive as ar
-from lore.analysis import experiments as ex
 from lore.analysis import launch
+from lore.analysis.experiment_compare import compare_experiment
+from lore.analysis.experiment_declaration import load_declaration
+from lore.analysis.experiment_plan import RESULTS_DIR, PlannedRun, plan, run_dirs
 from lore.cli import main as lore_main
 
 DOORKEY = "MiniGrid-DoorKey-5x5-v0"
@@ -194,7 +196,7 @@ def test_the_archive_command_reports_refused_runs_and_archives_the_rest(tmp_path
 
 def _project(tmp_path: Path) -> Path:
     root = tmp_path / "project"
-    shutil.copytree(ex.REPO / "config", root / "config", ignore=shutil.ignore_patterns("experiments"))
+    shutil.copytree(REPO / "config", root / "config", ignore=shutil.ignore_patterns("experiments"))
     (root / "config" / "experiments").mkdir()
     decl = {"question": "Does a smaller beta_max change the full method's success?",
             "base": "config/config.yaml", "grid": {"envs": [DOORKEY], "seeds": [0, 1, 2]},
@@ -208,7 +210,7 @@ def _project(tmp_path: Path) -> Path:
     return root
 
 
-def _finish(run: ex.PlannedRun, folder: Path) -> Path:
+def _finish(run: PlannedRun, folder: Path) -> Path:
     from lore.analysis.synthetic import SyntheticRun, write_run
     from lore.config import build_config, save_config
 
@@ -225,8 +227,8 @@ def _trained(counts: dict[str, int]) -> int:
 
 def test_a_half_archived_grid_trains_only_the_other_half_and_compares_from_the_archive(tmp_path):
     root = _project(tmp_path)
-    decl = ex.load_declaration("exp", root)
-    runs = ex.plan(decl, root)
+    decl = load_declaration("exp", root)
+    runs = plan(decl, root)
     assert len(runs) == 9
     proc = run_snakemake(root, "-n", "--config", "experiment=exp", timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -236,29 +238,29 @@ def test_a_half_archived_grid_trains_only_the_other_half_and_compares_from_the_a
     done = [r for r in runs if r.seed < 2]
     for r in done:
         folder = _finish(r, r.default_dir(root))
-        ar.archive_run(folder, root / ex.ARCHIVE_ROOT)
-    first = ex.compare_experiment("exp", root)
+        ar.archive_run(folder, root / ar.ARCHIVE_ROOT)
+    first = compare_experiment("exp", root)
     assert first["verdict"] == "incomplete" and first["reason"].startswith("3 of 9 runs")
-    table = (root / ex.RESULTS_DIR / "exp" / "comparison.csv").read_text()
-    figure = (root / ex.RESULTS_DIR / "exp" / "fig_success.png").read_bytes()
+    table = (root / RESULTS_DIR / "exp" / "comparison.csv").read_text()
+    figure = (root / RESULTS_DIR / "exp" / "fig_success.png").read_bytes()
     shutil.rmtree(root / "results")
     proc = run_snakemake(root, "-n", "--config", "experiment=exp", timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert _trained(job_counts(proc.stdout)) == 3
     assert "9 runs: 6 archived, 0 finished, 0 running, 3 missing" in proc.stderr
-    again = ex.compare_experiment("exp", root)
-    assert (root / ex.RESULTS_DIR / "exp" / "comparison.csv").read_text() == table
-    assert (root / ex.RESULTS_DIR / "exp" / "fig_success.png").read_bytes() == figure
+    again = compare_experiment("exp", root)
+    assert (root / RESULTS_DIR / "exp" / "comparison.csv").read_text() == table
+    assert (root / RESULTS_DIR / "exp" / "fig_success.png").read_bytes() == figure
     assert again["comparison"] == first["comparison"] and again["run_commits"] == {"unknown": 6}
-    md = (root / ex.RESULTS_DIR / "exp" / "comparison.md").read_text()
+    md = (root / RESULTS_DIR / "exp" / "comparison.md").read_text()
     assert "Code: runs from commit unknown (6)." in md
     assert f"| {DOORKEY} | full_half | " in md and md.count("(n = 2)") == 6  # 3 arms × (AUC, final SR)
 
 
 def test_missing_runs_launch_seed_by_seed_with_the_decision_runs_first(tmp_path):
     root = _project(tmp_path)
-    decl = ex.load_declaration("exp", root)
-    states = launch.run_states(decl, ex.run_dirs(decl, root), root)
+    decl = load_declaration("exp", root)
+    states = launch.run_states(decl, run_dirs(decl, root), root)
     order = [(s.feeds_decision, s.run.seed, s.run.arm) for s in states]
     assert order == [(True, 0, "rl_only"), (True, 0, "full_half"), (True, 1, "rl_only"), (True, 1, "full_half"),
                      (True, 2, "rl_only"), (True, 2, "full_half"),
@@ -268,8 +270,8 @@ def test_missing_runs_launch_seed_by_seed_with_the_decision_runs_first(tmp_path)
 
 def test_the_eta_comes_from_measured_runs_of_the_same_preset_and_budget(tmp_path, capsys):
     root = _project(tmp_path)
-    decl = ex.load_declaration("exp", root)
-    states = launch.run_states(decl, ex.run_dirs(decl, root), root)
+    decl = load_declaration("exp", root)
+    states = launch.run_states(decl, run_dirs(decl, root), root)
     assumed = launch.cost_summary(decl, states, {}, cores=1)
     assert assumed["assumed"] == 9 and "estimated at" in launch.cost_line(assumed)
     steps = int(dict(states[0].run.overrides).get("train.steps", 0))

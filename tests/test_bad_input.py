@@ -177,10 +177,10 @@ def _inside(limit, tp) -> list:
 
 @pytest.mark.parametrize("key, tp", NUMERIC_KEYS, ids=[k for k, _ in NUMERIC_KEYS])
 def test_just_outside_the_documented_range(sandbox, capsys, key, tp):
-    from lore.config import LIMITS
+    from lore.config import limits
 
     failures = []
-    for value in _outside(LIMITS[key], tp):
+    for value in _outside(limits()[key], tp):
         try:
             reject(capsys, sandbox, ["--set", f"{key}={value!r}"], key)
         except AssertionError as e:
@@ -189,13 +189,14 @@ def test_just_outside_the_documented_range(sandbox, capsys, key, tp):
 
 
 def test_every_numeric_key_has_a_documented_range():
-    from lore.config import LIMITS
+    from lore.config import limits
 
+    ranges = limits()
     keys = {k for k, _ in NUMERIC_KEYS}
-    assert keys - set(LIMITS) == set(), "add the new keys to lore.config.LIMITS"
-    assert set(LIMITS) - keys == set(), "LIMITS names keys that no longer exist"
+    assert keys - set(ranges) == set(), "declare the new keys' ranges in their fields: ranged(default, Limit(...))"
+    assert set(ranges) - keys == set(), "limits() names keys that are not numeric settings"
     types_ = dict(NUMERIC_KEYS)
-    for key, limit in LIMITS.items():
+    for key, limit in ranges.items():
         assert limit.lo <= limit.hi, key
         if types_[key] is int:  # an int key's range fits in int64 (numpy, torch)
             assert all(isinstance(x, int) and abs(x) < 2**63 for x in (limit.lo, limit.hi)), key
@@ -204,9 +205,9 @@ def test_every_numeric_key_has_a_documented_range():
 @pytest.mark.parametrize("key, tp", NUMERIC_KEYS, ids=[k for k, _ in NUMERIC_KEYS])
 def test_the_ends_of_each_range_are_accepted(key, tp):
     """A closed end of a range is valid for that key (other keys may still object to the combination)."""
-    from lore.config import LIMITS, ConfigError, build_config
+    from lore.config import ConfigError, build_config, limits
 
-    for value in _inside(LIMITS[key], tp):
+    for value in _inside(limits()[key], tp):
         try:
             build_config(overrides=[f"{key}={value!r}"])
         except ConfigError as e:

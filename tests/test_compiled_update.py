@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from lore.config import ConfigError, build_config, drop_retired
-from lore.dreamer.agent import DreamerAgent, compile_options
+from lore.dreamer.agent import compile_options
+from lore.method import LoReAgent
 
 pytestmark = pytest.mark.slow  # the first compile takes minutes on two cores: schedule it early
 
@@ -53,8 +54,8 @@ def pair():
     """(eager agent, compiled agent) with the same weights and generator state, each after the same 2 updates."""
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    eager = DreamerAgent(space(), A, build_config(overrides=SETTINGS))
-    compiled = DreamerAgent(space(), A, build_config(overrides=[*SETTINGS, "train.compile=update"]))
+    eager = LoReAgent(space(), A, build_config(overrides=SETTINGS))
+    compiled = LoReAgent(space(), A, build_config(overrides=[*SETTINGS, "train.compile=update"]))
     compiled.load_state_dict(copy.deepcopy(eager.state_dict()))
     for agent in (eager, compiled):
         agent.prior.lambda_kl = 0.5  # the dual variable starts at 0: give the absorption term a weight
@@ -76,10 +77,10 @@ def test_compiled_update_matches_eager_on_the_same_batches(pair):
     # the updates moved the weights (a no-op on both sides would also "match") and moved them alike
     assert metrics["eager"][0]["grad_norm_wm"] > 0 and metrics["eager"][1]["loss_prior"] > 0
     for name in ("wm", "actor", "critic", "slow_critic"):
-        for (key, a), b in zip(getattr(eager, name).state_dict().items(),
-                               getattr(compiled, name).state_dict().values(), strict=True):
+        for (key, a), b in zip(getattr(eager.dreamer, name).state_dict().items(),
+                               getattr(compiled.dreamer, name).state_dict().values(), strict=True):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, msg=f"{name}.{key}")
-    torch.testing.assert_close(eager.retnorm.high, compiled.retnorm.high)
+    torch.testing.assert_close(eager.dreamer.retnorm.high, compiled.dreamer.retnorm.high)
 
 
 def test_compiled_act_matches_eager(pair):
@@ -106,7 +107,7 @@ def test_compiled_act_matches_eager(pair):
 def test_the_compiled_update_is_whole_and_does_not_recompile(pair):
     _, compiled, _ = pair
     assert compile_options(torch.device("cpu"))["fullgraph"]  # a graph break would have raised, not fallen back
-    assert compiled.compiled == ["world_model_losses", "behaviour", "act"]
+    assert compiled.dreamer.compiled == ["world_model_losses", "behaviour", "act"]
     # a third batch of the same shape, other values and other advice: the same graphs, no recompile
     with torch._dynamo.config.patch(error_on_recompile=True):
         other = batch(7)
@@ -117,14 +118,14 @@ def test_the_compiled_update_is_whole_and_does_not_recompile(pair):
 
 def test_a_non_finite_loss_skips_its_step_in_the_compiled_update(pair):
     _, compiled, _ = pair
-    before = [p.detach().clone() for p in compiled.wm.parameters()]
-    skips = compiled.nonfinite_skips
+    before = [p.detach().clone() for p in compiled.dreamer.wm.parameters()]
+    skips = compiled.dreamer.nonfinite_skips
     bad = batch(8)
     bad["reward"][0, 1] = float("nan")
     with torch._dynamo.config.patch(error_on_recompile=True):
         metrics = compiled.train_step(bad)
-    assert compiled.nonfinite_skips > skips and metrics["nonfinite_skips_step"] >= 1
-    assert all(torch.equal(a, b) for a, b in zip(before, compiled.wm.parameters(), strict=True))
+    assert compiled.dreamer.nonfinite_skips > skips and metrics["nonfinite_skips_step"] >= 1
+    assert all(torch.equal(a, b) for a, b in zip(before, compiled.dreamer.wm.parameters(), strict=True))
 
 
 @pytest.mark.parametrize(("value", "expected"), [(False, "off"), (True, "networks")])

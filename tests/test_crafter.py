@@ -17,8 +17,8 @@ import torch
 import yaml
 
 from lore import cli
-from lore.analysis import stats as st
 from lore.config import build_config, load_yaml, to_dict
+from lore.envs.crafter import crafter_score
 
 REPO = Path(__file__).resolve().parents[1]
 from workflow_helpers import job_counts  # noqa: E402
@@ -114,8 +114,8 @@ def test_the_crafter_workflow_plans_the_grid_and_the_achievements_figure(tmp_pat
 
 
 def test_random_policy_is_evaluated_by_the_same_code_as_an_agent():
-    from lore.dreamer.agent import DreamerAgent
     from lore.envs import make_env_from_config
+    from lore.method import LoReAgent
     from lore.train.evaluate import evaluate_policy
     from lore.train.random_policy import UniformRandomPolicy, evaluate_random_policy
 
@@ -123,12 +123,12 @@ def test_random_policy_is_evaluated_by_the_same_code_as_an_agent():
     result = evaluate_random_policy(cfg, eval_index=0)
     assert evaluate_random_policy(cfg, eval_index=0) == result  # deterministic
     env = make_env_from_config(cfg.env, seed=10_000_000 + cfg.seed)
-    agent = DreamerAgent(env.observation_space, int(env.action_space.n), cfg)
+    agent = LoReAgent(env.observation_space, int(env.action_space.n), cfg)
     trained = evaluate_policy(agent, env, cfg, torch.device("cpu"), 0)
     assert set(result) == set(trained)  # the columns of eval.csv
     rates = [result[k] for k in sorted(result) if k.startswith("ach_")]
     assert len(rates) == 22 and result["episodes"] == 2 and result["length_mean"] <= 15
-    assert result["crafter_score"] == pytest.approx(st.crafter_score(np.array(rates)))
+    assert result["crafter_score"] == pytest.approx(crafter_score(np.array(rates)))
     policy = UniformRandomPolicy(17, seed=0)
     actions = [int(policy.act(None, torch.ones(1, dtype=torch.bool), {}).action) for _ in range(3000)]
     counts = np.bincount(actions, minlength=17)
@@ -136,11 +136,11 @@ def test_random_policy_is_evaluated_by_the_same_code_as_an_agent():
 
 
 def test_crafter_score_of_eval_and_of_the_tables_is_one_function():
-    from lore.train.evaluate import crafter_score
+    from lore.train.evaluate import crafter_score as eval_score
 
     rates = np.linspace(0, 1, 22)
-    assert crafter_score(list(100 * rates)) == pytest.approx(st.crafter_score(rates))
-    assert np.isnan(crafter_score([]))
+    assert eval_score(list(100 * rates)) == pytest.approx(crafter_score(rates))
+    assert np.isnan(eval_score([]))
 
 
 def test_the_random_arm_trains_nothing_and_writes_the_random_policys_evaluations(tmp_path):

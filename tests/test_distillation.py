@@ -6,8 +6,8 @@ import torch
 from test_dreamer_agent import A, make_batch, make_cfg, symbolic_space
 from test_llm_controller import ProgrammedBackend, answer, query
 
-from lore.dreamer.agent import DreamerAgent
 from lore.llm.controller import LLMController
+from lore.method import LoReAgent
 from lore.prior.distill import DistillationMonitor
 
 FIXED_PRIOR = torch.zeros(A)
@@ -19,7 +19,7 @@ def test_priornet_learns_a_fixed_prior_and_calls_drop_once_trusted():
     cfg = make_cfg("distill.enabled=true", "distill.min_samples=8", "distill.trust_kl=0.2",
                    "distill.check_every=4", "dreamer.wm_lr=1e-2", "llm.backend=scripted", "llm.cache_path=null",
                    "llm.controller.cooldown=0", "llm.controller.cooldown_after_success=0")
-    agent = DreamerAgent(symbolic_space(), A, cfg)
+    agent = LoReAgent(symbolic_space(), A, cfg)
     monitor = DistillationMonitor(cfg.distill)
     # Held-out probes: posterior latents of observations the PriorNet is never trained on.
     probe_obs = make_batch(b=8, t=1, seed=999)["obs.symbolic"][:, 0]

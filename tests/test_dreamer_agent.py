@@ -1,5 +1,8 @@
-"""DreamerAgent: shapes, act(), resets, a real update, gradient isolation, NaN guard, checkpoints, late fusion."""
+"""DreamerAgent: shapes, act(), resets, a real update, gradient isolation, NaN guard, checkpoints, late fusion;
+LoReAgent (the method around it): the prior at act time, its actor term, PriorNet, the planner's and the
+trust's reads of the world model."""
 
+import copy
 import io
 
 import gymnasium
@@ -11,6 +14,7 @@ from tensordict import TensorDict
 from lore.config import ConfigError, build_config
 from lore.dreamer.agent import DreamerAgent
 from lore.dreamer.math import combine_losses
+from lore.method import LoReAgent
 
 OBS_DIM, A, B, T = 10, 4, 3, 6
 
@@ -101,8 +105,6 @@ def test_shapes_encoder_rssm_imagination_heads(pixels):
     assert internals["returns"].shape == (h, n) and internals["values"].shape == (h + 1, n)
     assert agent.critic(internals["feat"]).shape == (m.value_heads, h + 1, n, m.bins)
     assert agent.wm.reward(internals["feat"]).shape == (h + 1, n)
-    assert agent.wm.predict_next_latent(internals["feat"][:-1], internals["actions"]).shape == \
-        (m.ensemble, h, n, m.stoch, m.classes)
 
 
 def test_untrained_reward_and_value_predict_zero():
@@ -116,7 +118,11 @@ def test_untrained_reward_and_value_predict_zero():
 
 
 def test_act_output_shapes():
-    agent = DreamerAgent(symbolic_space(), A, make_cfg())
+    dreamer = DreamerAgent(symbolic_space(), A, make_cfg())
+    plain = dreamer.act({"symbolic": torch.randn(B, OBS_DIM)}, torch.ones(B, dtype=torch.bool), dreamer.initial_state(B))
+    assert plain.logits.shape == (B, A) and plain.step.latent.shape == (B, dreamer.wm.feat_dim)
+    assert torch.equal(plain.logits, plain.step.logits) and not plain.action_changed.any()
+    agent = LoReAgent(symbolic_space(), A, make_cfg())
     state = agent.initial_state(B)
     out = agent.act({"symbolic": torch.randn(B, OBS_DIM)}, torch.ones(B, dtype=torch.bool), state, None, 0)
     assert out.action.shape == (B,) and out.action.dtype == torch.int64
@@ -126,11 +132,8 @@ def test_act_output_shapes():
     for name in ("beta", "u_entropy", "u_value_var"):
         value = getattr(out, name)
         assert value.shape == (B,) and torch.all(torch.isfinite(value)) and torch.all(value >= 0)
-    # nothing reads disagreement here (prior off): the ensemble is neither queried nor trained
-    assert out.u_disagreement.shape == (B,) and torch.isnan(out.u_disagreement).all()
-    assert not agent.reads_disagreement and not agent.wm.train_ensemble
     assert out.action_changed.shape == (B,) and out.action_changed.dtype == torch.bool
-    assert out.latent.shape == (B, agent.wm.feat_dim)
+    assert out.latent.shape == (B, agent.dreamer.wm.feat_dim)
     # prior disabled (rl_only): beta 0, mixed == world-model policy, never a changed action
     assert torch.all(out.beta == 0) and torch.equal(out.logits_mix, out.logits_wm)
     assert not out.action_changed.any()
@@ -144,7 +147,7 @@ def test_act_output_shapes():
 
 def test_act_with_prior_steers_the_action():
     cfg = make_cfg("prior.enabled=true", "prior.gate=fixed", "prior.dropout=0.0", "prior.beta_max=1.0")
-    agent = DreamerAgent(symbolic_space(), A, cfg)
+    agent = LoReAgent(symbolic_space(), A, cfg)
     prior = torch.full((B, A), -50.0)
     prior[:, 2] = 50.0
     llm = {"prior_logits": prior, "mask": torch.tensor([1.0, 1.0, 0.0]), "confidence": torch.ones(B)}
@@ -168,7 +171,7 @@ def test_is_first_resets_to_initial_state():
     fresh = agent.act(obs, torch.zeros(B, dtype=torch.bool), agent.initial_state(B))
     for key in ("deter", "stoch"):
         torch.testing.assert_close(reset.state[key], fresh.state[key], rtol=0, atol=0)
-    torch.testing.assert_close(reset.logits_wm, fresh.logits_wm, rtol=0, atol=0)
+    torch.testing.assert_close(reset.logits, fresh.logits, rtol=0, atol=0)
     agent.generator.manual_seed(123)
     kept = agent.act(obs, torch.zeros(B, dtype=torch.bool), garbage)
     assert not torch.allclose(kept.state["deter"], fresh.state["deter"])
@@ -188,13 +191,10 @@ def test_train_step_finite_metrics_and_updates_parameters():
     metrics = agent.train_step(TensorDict(make_batch(), batch_size=[B, T]))
     required = ["wm_loss", "loss_decoder", "loss_reward", "loss_continue", "kl_dyn", "kl_rep", "loss_actor",
                 "loss_critic", "entropy_imag", "return_scale", "imag_return_mean", "value_mean", "grad_norm_wm",
-                "grad_norm_actor", "grad_norm_critic", "u_disagreement_train", "nonfinite_skips", "kl_mix_wm_train"]
+                "grad_norm_actor", "grad_norm_critic", "nonfinite_skips"]
     for key in required:
         assert key in metrics, key
-    # rl_only: nothing reads the disagreement ensemble, so it is not trained and its two metrics are NaN
-    untrained = {"loss_ensemble", "u_disagreement_train"}
-    assert all(np.isnan(metrics[k]) for k in untrained)
-    assert all(isinstance(v, float) and np.isfinite(v) for k, v in metrics.items() if k not in untrained), metrics
+    assert all(isinstance(v, float) and np.isfinite(v) for k, v in metrics.items()), metrics
     assert metrics["nonfinite_skips"] == 0.0
     after = snapshot(agent)
     for name in before:
@@ -202,8 +202,9 @@ def test_train_step_finite_metrics_and_updates_parameters():
 
 
 def test_actor_and_critic_losses_send_no_gradient_into_world_model():
-    agent = DreamerAgent(symbolic_space(), A, make_cfg("prior.enabled=true", "prior.kl_mode=lagrangian"))
-    agent.prior.lambda_kl = 1.0  # make the prior term non-zero
+    method = LoReAgent(symbolic_space(), A, make_cfg("prior.enabled=true", "prior.kl_mode=lagrangian"))
+    method.prior.lambda_kl = 1.0  # make the prior term non-zero
+    agent = method.dreamer
     data = agent._prepare_batch(make_batch())
     _, post, _ = agent.wm.loss(data, agent.generator)
     agent.wm.zero_grad(set_to_none=True)
@@ -250,12 +251,48 @@ def test_state_dict_round_trip_continues_identically():
     first = torch.ones(B, dtype=torch.bool)
     out_a = agent.act(obs, first, agent.initial_state(B))
     out_b = clone.act(obs, first, clone.initial_state(B))
-    assert torch.equal(out_a.logits_wm, out_b.logits_wm) and torch.equal(out_a.action, out_b.action)
+    assert torch.equal(out_a.logits, out_b.logits) and torch.equal(out_a.action, out_b.action)
     m_a = agent.train_step(make_batch(seed=2))
     m_b = clone.train_step(make_batch(seed=2))
     assert m_a == m_b
     for x, y in zip(agent.state_dict()["wm"].values(), clone.state_dict()["wm"].values(), strict=True):
         assert torch.equal(x, y)
+
+
+def with_latent_ensemble(state: dict, members: int = 2) -> dict:
+    """``state`` as a world model with a one-step latent ensemble saved it: ``wm.ensemble.*`` after the
+    continue head, and their (stateless) entries in the world model's Adam, the later indices shifted."""
+    from lore.dreamer.networks import EnsembleMLP
+
+    wm = state["wm"]
+    extra = {f"ensemble.{k}": v for k, v in EnsembleMLP(members, 8, 4, 2, 6).state_dict().items()}
+    keys = list(wm)
+    cut = max(i for i, k in enumerate(keys) if k.startswith("continue_head.")) + 1
+    before = sum(1 for k in keys[:cut])  # every world-model entry is a parameter (no persistent buffers)
+    shift = lambda i: i if i < before else i + len(extra)  # noqa: E731
+    opt = state["wm_opt"]
+    return {**state, "wm": {**{k: wm[k] for k in keys[:cut]}, **extra, **{k: wm[k] for k in keys[cut:]}},
+            "wm_opt": {"state": {shift(i): v for i, v in opt["state"].items()},
+                       "param_groups": [{**g, "params": list(range(len(g["params"]) + len(extra)))}
+                                        for g in opt["param_groups"]]}}
+
+
+@pytest.mark.parametrize("overrides", [(), ("distill.enabled=true", "features.enabled=true")])
+def test_a_checkpoint_with_a_latent_ensemble_loads_without_it(overrides):
+    agent = DreamerAgent(symbolic_space(), A, make_cfg(*overrides))
+    agent.train_step(make_batch(seed=1))
+    state = agent.state_dict()
+    old = with_latent_ensemble(state)
+    assert any(k.startswith("ensemble.") for k in old["wm"])
+    upgraded = agent.upgrade_state(old)
+    assert list(upgraded["wm"]) == list(state["wm"])
+    assert upgraded["wm_opt"]["param_groups"] == state["wm_opt"]["param_groups"]
+    assert sorted(upgraded["wm_opt"]["state"]) == sorted(state["wm_opt"]["state"])
+    for i, entry in state["wm_opt"]["state"].items():
+        assert torch.equal(upgraded["wm_opt"]["state"][i]["exp_avg"], entry["exp_avg"])
+    clone = DreamerAgent(symbolic_space(), A, make_cfg(*overrides))
+    clone.load_state_dict(copy.deepcopy(old))  # loads as is: the upgrade runs inside
+    assert clone.train_step(make_batch(seed=2)) == agent.train_step(make_batch(seed=2))
 
 
 def test_loss_scale_table_must_match_computed_losses():
@@ -311,23 +348,24 @@ def test_late_fusion_features_respect_the_mask():
 
 def test_prior_net_distillation():
     cfg = make_cfg("distill.enabled=true", "prior.enabled=true", "prior.gate=fixed")
-    agent = DreamerAgent(symbolic_space(), A, cfg)
-    latent = torch.randn(5, agent.wm.feat_dim)
+    agent = LoReAgent(symbolic_space(), A, cfg)
+    latent = torch.randn(5, agent.dreamer.wm.feat_dim)
     logits = agent.prior_net_logits(latent)
     assert logits.shape == (5, A)
     torch.testing.assert_close(logits.exp().sum(-1), torch.ones(5))
-    before = [p.detach().clone() for p in agent.wm.prior_net.parameters()]
+    before = [p.detach().clone() for p in agent.dreamer.wm.prior_net.parameters()]
     metrics = agent.train_step(make_batch())
     assert np.isfinite(metrics["loss_prior_net"]) and metrics["loss_prior_net"] > 0
-    assert changed(before, list(agent.wm.prior_net.parameters()))
+    assert changed(before, list(agent.dreamer.wm.prior_net.parameters()))
     with pytest.raises(RuntimeError, match="distill.enabled"):
-        DreamerAgent(symbolic_space(), A, make_cfg()).prior_net_logits(latent)
+        LoReAgent(symbolic_space(), A, make_cfg()).prior_net_logits(latent)
 
 
 def test_plan_callables_on_latents():
-    agent = DreamerAgent(symbolic_space(), A, make_cfg())
-    out = agent.act({"symbolic": torch.randn(B, OBS_DIM)}, torch.ones(B, dtype=torch.bool), agent.initial_state(B))
-    fns = agent.plan_callables()
+    method = LoReAgent(symbolic_space(), A, make_cfg())
+    agent = method.dreamer
+    out = method.act({"symbolic": torch.randn(B, OBS_DIM)}, torch.ones(B, dtype=torch.bool), agent.initial_state(B))
+    fns = method.plan_callables()
     nxt = fns["step"](out.latent, torch.nn.functional.one_hot(out.action, A).float())
     assert nxt.shape == out.latent.shape
     assert torch.equal(nxt[:, :agent.cfg.model.deter], agent.wm.rssm.img_step(
@@ -349,7 +387,8 @@ def test_imag_last_limits_the_imagination_starts():
 
 
 def test_advice_q_values_are_one_imagined_step_scored_by_reward_continue_and_critic():
-    agent = DreamerAgent(symbolic_space(), A, make_cfg(), "cpu")
+    method = LoReAgent(symbolic_space(), A, make_cfg(), "cpu")
+    agent = method.dreamer
     with torch.no_grad():  # give the heads something to say: random output layers
         for p in agent.critic.parameters():
             p.normal_(0, 0.3)
@@ -357,7 +396,7 @@ def test_advice_q_values_are_one_imagined_step_scored_by_reward_continue_and_cri
     start = agent.wm.rssm.initial_state(m)
     start = {"deter": torch.randn(m, start["deter"].shape[-1]), "stoch": start["stoch"]}
     state = agent.generator.get_state()
-    q = agent.advice_q_values(start, samples=2)
+    q = method.advice_q_values(start, samples=2)
     heads = agent.critic.values(agent.wm.rssm.features(start)).shape[0]
     assert q.shape == (m, 2 * heads, A)
     agent.generator.set_state(state)  # the same latent samples, computed by hand
@@ -377,10 +416,10 @@ def test_advice_q_values_are_one_imagined_step_scored_by_reward_continue_and_cri
 def test_train_step_feeds_trust_and_temperature_only_when_the_prior_wants_them():
     batch = make_batch()
     batch["llm_source"] = torch.ones(B, T)
-    full = DreamerAgent(symbolic_space(), A, make_cfg("prior.enabled=true", "prior.trust=true"), "cpu")
+    full = LoReAgent(symbolic_space(), A, make_cfg("prior.enabled=true", "prior.trust=true"), "cpu")
     metrics = full.train_step(batch)
     assert "advice_value_z" in metrics and full.prior.trust.state_dict()["count"]["llm"] == 1
-    plain = DreamerAgent(symbolic_space(), A, make_cfg("prior.enabled=true"), "cpu")
+    plain = LoReAgent(symbolic_space(), A, make_cfg("prior.enabled=true"), "cpu")
     assert "advice_value_z" not in plain.train_step(batch)
 
 
@@ -393,10 +432,10 @@ def test_bf16_autocast_update_tracks_float32_and_keeps_float32_weights(pixels):
     runs = {}
     for precision in ("float32", "bfloat16"):
         torch.manual_seed(0)
-        agent = DreamerAgent(space, A, make_cfg(f"train.precision={precision}", "ablation=full"))
+        agent = LoReAgent(space, A, make_cfg(f"train.precision={precision}", "ablation=full"))
         runs[precision] = (agent, agent.train_step(TensorDict(make_batch(pixels=pixels), batch_size=[B, T])))
     (fp32, m32), (bf16, m16) = runs["float32"], runs["bfloat16"]
-    assert fp32.autocast_dtype is None and bf16.autocast_dtype is torch.bfloat16
+    assert fp32.dreamer.autocast_dtype is None and bf16.dreamer.autocast_dtype is torch.bfloat16
     finite = lambda m: {k for k, v in m.items() if np.isfinite(v)}  # noqa: E731  (some metrics are nan by design)
     assert finite(m16) == finite(m32) and m16["nonfinite_skips"] == 0.0
     # same weights and batch: bf16 rounding moves the world-model losses a little, a wrong cast would move
@@ -411,11 +450,11 @@ def test_bf16_autocast_update_tracks_float32_and_keeps_float32_weights(pixels):
 
 
 def test_compile_wraps_the_networks_in_place_and_keeps_checkpoint_keys():
-    plain = DreamerAgent(symbolic_space(), A, make_cfg("ablation=full"))
-    compiled = DreamerAgent(symbolic_space(), A, make_cfg("ablation=full", "train.compile=networks"))
+    plain = DreamerAgent(symbolic_space(), A, make_cfg("features.enabled=true"))
+    compiled = DreamerAgent(symbolic_space(), A, make_cfg("features.enabled=true", "train.compile=networks"))
     assert plain.compiled == []
     # the outermost networks only, never a module inside one already compiled
-    assert {"encoder.mlp", "rssm.gru", "decoder.mlp", "reward_head", "continue_head", "ensemble", "net"} <= set(
+    assert {"encoder.mlp", "rssm.gru", "decoder.mlp", "reward_head", "continue_head", "net"} <= set(
         compiled.compiled)
     assert not any(a != b and b.startswith(f"{a}.") for a in compiled.compiled for b in compiled.compiled)
     assert compiled.wm.rssm.gru._compiled_call_impl is not None and plain.wm.rssm.gru._compiled_call_impl is None

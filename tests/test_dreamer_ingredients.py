@@ -56,7 +56,8 @@ from lore.dreamer.networks import (
     linear,
 )
 from lore.dreamer.rssm import RSSM, LayerNormGRUCell
-from lore.dreamer.world_model import disagreement, masked_prior_kl
+from lore.method import LoReAgent
+from lore.method.terms import masked_prior_kl
 from lore.presets import PRESETS
 
 OBS_DIM, A = 6, 3
@@ -138,8 +139,8 @@ def test_dreamer_defaults_are_the_published_ones():
     # actor_opt / critic_opt). DreamerConfig says "2023 paper settings", and 3e-5 is that paper's value;
     # [code24] uses one optimiser with lr 4e-5, eps 1e-20 and adaptive gradient clipping 0.3 instead.
     assert (d.ac_lr, d.ac_eps, d.ac_clip) == (3e-5, 1e-5, 100.0)
-    # LoRe's own additions (not in DreamerV3): bootstrapped critic heads, the disagreement ensemble
-    assert (d.value_bootstrap, d.ensemble_scale) == (0.5, 1.0)
+    # LoRe's own addition (not in DreamerV3): bootstrapped critic heads
+    assert d.value_bootstrap == 0.5
 
 
 def test_train_defaults_are_the_published_ones():
@@ -566,42 +567,6 @@ def test_obs_t_is_paired_with_the_action_before_it():
     assert not torch.allclose(post2["deter"][1:, 3], post["deter"][1:, 3])  # row 0 resets at 3
 
 
-def test_ensemble_loss_predicts_the_next_posterior_within_episodes():
-    agent, data = wm_setup("ablation=full")
-    wm = agent.wm
-    wm.train_ensemble = True  # nothing reads the disagreement: switched on here to test the loss itself
-    losses, post, _ = wm.loss(data, agent.generator)
-    feat = feat_of(post).detach()
-    action = F.one_hot(data["action"], A).float()
-    pred = wm.predict_next_latent(feat[:, :-1], action[:, :-1])
-    ce = -(post["post_logits"][:, 1:].exp() * torch.log_softmax(pred, -1)).sum((-2, -1))  # [K, B, T-1]
-    valid = (~data["is_first"][:, 1:]).float()
-    assert valid.min() == 0.0
-    torch.testing.assert_close(losses["ensemble"], ((ce * valid).sum((1, 2)) / valid.sum()).sum())
-
-
-@pytest.mark.parametrize("overrides", [(), ("ablation=full",), ("ablation=full", "prior.gate=fixed")])
-def test_the_ensemble_is_not_trained_where_nothing_reads_disagreement(overrides):
-    agent, data = wm_setup(*overrides)
-    assert not agent.reads_disagreement and not agent.wm.train_ensemble
-    losses, _, metrics = agent.wm.loss(data, agent.generator)
-    assert float(losses["ensemble"]) == 0.0 and not losses["ensemble"].requires_grad
-    assert math.isnan(metrics["loss_ensemble"]) and math.isnan(metrics["u_disagreement_train"])
-    before = [p.detach().clone() for p in agent.wm.ensemble.parameters()]
-    agent.train_step(make_batch())
-    assert all(torch.equal(a, b) for a, b in zip(before, agent.wm.ensemble.parameters(), strict=True))
-
-
-def test_disagreement_hand_computed():
-    big = 30.0
-    opposite = torch.tensor([[[big, -big]], [[-big, big]]])  # two members, one latent, two classes
-    assert disagreement(opposite).item() == pytest.approx(0.5, abs=1e-6)  # var 0.25 per class, summed
-    same = torch.randn(1, 2, 4, 5).expand(3, 2, 4, 5)
-    torch.testing.assert_close(disagreement(same), torch.zeros(2), rtol=0, atol=1e-9)
-    mixed = torch.stack([torch.cat([opposite[0], opposite[0]]), torch.cat([opposite[1], opposite[0]])])
-    assert disagreement(mixed).item() == pytest.approx(0.25, abs=1e-6)  # averaged over latents
-
-
 def test_masked_prior_kl_hand_computed():
     rho = torch.log(torch.tensor([[0.5, 0.5], [0.9, 0.1], [0.2, 0.8]]))
     q = torch.log(torch.tensor([[0.5, 0.5], [0.5, 0.5], [0.5, 0.5]]))
@@ -772,7 +737,7 @@ def test_optimisers_and_clipping_use_their_own_settings(monkeypatch):
 
 def test_act_remembers_the_executed_action_not_the_policys():
     cfg = make_cfg("prior.enabled=true", "prior.gate=fixed", "prior.dropout=0.0", "prior.beta_max=1.0")
-    agent = DreamerAgent(vector_space(), A, cfg)
+    agent = LoReAgent(vector_space(), A, cfg)
     prior = torch.full((4, A), -50.0)
     prior[:, 2] = 50.0
     llm = {"prior_logits": prior, "mask": torch.ones(4), "confidence": torch.ones(4)}
@@ -824,20 +789,6 @@ def test_first_layers_on_one_hot_features_equal_the_dense_layers_values_and_grad
         torch.testing.assert_close(out_fast, out_dense)
         for a, b in zip(grads_fast, grads_dense, strict=True):
             torch.testing.assert_close(a, b)
-
-
-def test_ensemble_prediction_on_one_hot_features_and_actions_equals_the_dense_one():
-    agent, data = wm_setup()
-    _, post, _ = agent.wm.loss(data, agent.generator)
-    feat = feat_of(post).detach()[:, :-1]
-    action = F.one_hot(data["action"], A).float()[:, :-1]
-    fast = agent.wm.one_hot(feat)
-    assert isinstance(fast, networks.OneHotFeatures)
-    randomise_(agent.wm.ensemble, 0.3, 2)
-    torch.testing.assert_close(agent.wm.predict_next_latent(fast, action), agent.wm.predict_next_latent(feat, action))
-    # an action that is not one-hot falls back to the dense input
-    soft = torch.full_like(action, 1.0 / A)
-    torch.testing.assert_close(agent.wm.predict_next_latent(fast, soft), agent.wm.predict_next_latent(feat, soft))
 
 
 @pytest.mark.parametrize("with_heads", [False, True])

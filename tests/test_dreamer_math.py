@@ -222,8 +222,7 @@ def test_loss_scales_table_checks():
     scales = build_loss_scales(cfg)
     for key in ("decoder", "reward", "continue", "dyn", "rep", "actor", "critic", "slow_reg"):
         assert key in scales
-    assert "prior_net" not in scales
-    assert "prior_net" in build_loss_scales(build_config(overrides=["distill.enabled=true"]))
+    assert not {"prior", "prior_net", "ensemble"} & set(scales)  # the method's losses bring their own scales
     one = torch.tensor(1.0)
     with pytest.raises(KeyError, match="no entry in LOSS_SCALES"):
         combine_losses({"decoder": one, "mystery": one}, scales)
@@ -378,9 +377,9 @@ def test_gradchecks_of_the_differentiable_maths():
 def test_every_loss_scale_reads_its_own_config_field():
     cfg = build_config(overrides=[
         "dreamer.decoder_scale=2.0", "dreamer.reward_scale=3.0", "dreamer.continue_scale=4.0",
-        "dreamer.kl_dyn=0.6", "dreamer.kl_rep=0.2", "dreamer.slow_critic_reg=0.7", "dreamer.ensemble_scale=0.3"])
+        "dreamer.kl_dyn=0.6", "dreamer.kl_rep=0.2", "dreamer.slow_critic_reg=0.7"])
     assert build_loss_scales(cfg) == {"decoder": 2.0, "reward": 3.0, "continue": 4.0, "dyn": 0.6, "rep": 0.2,
-                                      "ensemble": 0.3, "actor": 1.0, "prior": 1.0, "critic": 1.0, "slow_reg": 0.7}
+                                      "actor": 1.0, "critic": 1.0, "slow_reg": 0.7}
     one = torch.tensor(1.0)
     total = combine_losses({"decoder": one, "continue": 2 * one, "slow_reg": one}, build_loss_scales(cfg))
     assert total.item() == pytest.approx(2.0 + 8.0 + 0.7)

@@ -14,7 +14,17 @@ import pytest
 import yaml
 from workflow_helpers import REPO, job_counts, run_snakemake
 
-from lore.analysis import experiments as ex
+from lore.analysis.archive import run_key
+from lore.analysis.experiment_compare import (
+    compare_experiment,
+    compare_pair,
+    comparison_table,
+    distinct_at_last_eval,
+    verdict,
+)
+from lore.analysis.experiment_declaration import Declaration, declared_names, load_declaration
+from lore.analysis.experiment_log import IMPORTED, LOG, log_markdown
+from lore.analysis.experiment_plan import RESULTS_DIR, PlannedRun, plan, run_dirs
 
 DOORKEY = "MiniGrid-DoorKey-5x5-v0"
 DATA = REPO / "tests" / "data" / "comparisons"
@@ -44,7 +54,7 @@ def _decl(**changes) -> dict:
     return data
 
 
-def _finish(run: ex.PlannedRun, folder: Path, root: Path, eval_sr: list[float] | None = None) -> Path:
+def _finish(run: PlannedRun, folder: Path, root: Path, eval_sr: list[float] | None = None) -> Path:
     """A finished synthetic run whose config.yaml is the planned run's resolved config."""
     from lore.analysis.synthetic import SyntheticRun, write_run
     from lore.config import build_config, save_config
@@ -69,7 +79,7 @@ def test_run_key_ignores_the_seed_and_cache_paths_but_not_a_setting(tmp_path):
     from lore.config import build_config, to_dict
 
     def key(*overrides):
-        return ex.run_key("full", to_dict(build_config(None, list(overrides), "full")))
+        return run_key("full", to_dict(build_config(None, list(overrides), "full")))
 
     assert key("seed=1") == key("seed=2") == key("seed=3", "llm.cache_path=elsewhere.sqlite")
     assert key("prior.beta_max=0.5") != key()
@@ -84,7 +94,7 @@ def test_a_base_with_a_run_config_file_runs_with_that_files_settings(tmp_path):
                                                    decision={"rule": "adopt", "require": [
                                                        {"arm": "rl_only", "vs": "random", "metric": "auc",
                                                         "test": "above"}]})})
-    runs = ex.plan(ex.load_declaration("crafter_exp", root), root)
+    runs = plan(load_declaration("crafter_exp", root), root)
     file_cfg = load_yaml(root / "config" / "crafter_cpu.yaml")
     for run in runs:
         overrides = dict(run.overrides)
@@ -104,18 +114,18 @@ def test_a_run_is_found_by_its_identity_wherever_it_finished_and_shared_with_ano
                                               decision={"rule": "adopt", "require": [
                                                   {"arm": "full_quarter", "vs": "baseline:rl_only",
                                                    "metric": "auc", "test": "not_below"}]})})
-    a = ex.load_declaration("exp_a", root)
-    planned = {(r.arm, r.seed): r for r in ex.plan(a, root)}
+    a = load_declaration("exp_a", root)
+    planned = {(r.arm, r.seed): r for r in plan(a, root)}
     assert set(planned) == {("rl_only", 0), ("rl_only", 1), ("full_half", 0), ("full_half", 1)}
     # two runs finished somewhere else under results/ (e.g. by another grid)
     elsewhere = _finish(planned[("rl_only", 0)], root / "results" / "other" / "r0", root)
     _finish(planned[("full_half", 1)], root / "results" / "other" / "f1", root)
-    found = {(r.arm, r.seed): folder for r, folder in ex.run_dirs(a, root)}
+    found = {(r.arm, r.seed): folder for r, folder in run_dirs(a, root)}
     assert found[("rl_only", 0)] == elsewhere
     assert found[("full_half", 1)] == root / "results" / "other" / "f1"
     assert found[("rl_only", 1)] == planned[("rl_only", 1)].default_dir(root)
     # exp_b's baseline rl_only is exp_a's rl_only: the same identity, so the same run
-    b = {(r.arm, r.seed): (r, folder) for r, folder in ex.run_dirs(ex.load_declaration("exp_b", root), root)}
+    b = {(r.arm, r.seed): (r, folder) for r, folder in run_dirs(load_declaration("exp_b", root), root)}
     assert b[("baseline:rl_only", 0)][1] == elsewhere
     assert b[("baseline:rl_only", 1)][0].key == planned[("rl_only", 1)].key
     # a setting that differs makes a different run
@@ -131,7 +141,7 @@ def test_the_dry_run_trains_only_the_missing_runs_and_shares_runs_between_experi
                                               decision={"rule": "adopt", "require": [
                                                   {"arm": "full_quarter", "vs": "rl_only", "metric": "auc",
                                                    "test": "above"}]})})
-    a = {(r.arm, r.seed): r for r in ex.plan(ex.load_declaration("exp_a", root), root)}
+    a = {(r.arm, r.seed): r for r in plan(load_declaration("exp_a", root), root)}
     _finish(a[("rl_only", 0)], root / "results" / "runs" / "somewhere" / "seed0", root)
     _finish(a[("full_half", 1)], a[("full_half", 1)].default_dir(root), root)
     proc = run_snakemake(root, "-n", "--config", "experiment=exp_a", timeout=180)
@@ -143,7 +153,7 @@ def test_the_dry_run_trains_only_the_missing_runs_and_shares_runs_between_experi
     assert both.returncode == 0, both.stderr[-3000:]
     # exp_b: 2 full_quarter + its rl_only, which is exp_a's (seed 0 done, seed 1 planned once for both)
     assert trained(job_counts(both.stdout)) == 2 + 2
-    assert not (root / ex.RESULTS_DIR / "exp_a").exists() and not (root / ex.LOG).exists()
+    assert not (root / RESULTS_DIR / "exp_a").exists() and not (root / LOG).exists()
 
 
 # --------------------------------------------------------------------------- comparison and verdict
@@ -167,7 +177,7 @@ def _rounded(result: dict) -> tuple:
 ])
 def test_the_comparison_reproduces_a_committed_minigrid_comparison(env, arm, metric, expected):
     x, y = pd.read_csv(DATA / "minigrid_experiment_runs.csv"), pd.read_csv(DATA / "minigrid_baseline_runs.csv")
-    result = ex.compare_pair(_seed_values(x, env, arm, metric), _seed_values(y, env, arm, metric))
+    result = compare_pair(_seed_values(x, env, arm, metric), _seed_values(y, env, arm, metric))
     assert _rounded(result) == pytest.approx(expected)
     assert result["n_arm"] == result["n_vs"] == 5
 
@@ -186,10 +196,10 @@ def test_the_comparison_reproduces_a_committed_crafter_comparison(arm, metric, e
             return _seed_values(pd.read_csv(DATA / f"{prefix}_runs.csv"), "crafter", ablation, metric)
         points = pd.read_csv(DATA / f"{prefix}_eval_points.csv")
         points = points[points["ablation"] == ablation]
-        return {int(seed): ex.distinct_at_last_eval(group.reset_index(drop=True))
+        return {int(seed): distinct_at_last_eval(group.reset_index(drop=True))
                 for seed, group in points.groupby("seed")}
 
-    result = ex.compare_pair(values("crafter_experiment", arm), values("crafter_baseline", "rl_only"))
+    result = compare_pair(values("crafter_experiment", arm), values("crafter_baseline", "rl_only"))
     assert _rounded(result) == pytest.approx(expected)
     assert round(result["p_improvement"], 2) == pytest.approx(p_improvement)
 
@@ -199,7 +209,7 @@ def _metrics(rows: dict[str, list[float]], env: str = DOORKEY) -> pd.DataFrame:
                          for arm, values in rows.items() for s, v in enumerate(values)])
 
 
-def _select_decl(root: Path) -> ex.Declaration:
+def _select_decl(root: Path) -> Declaration:
     arms = {"rl_only": {}, "a": {"ablation": "kl"}, "a_adv": {"ablation": "kl_adversarial"},
             "b": {"ablation": "full"}, "b_adv": {"ablation": "full_adversarial"}}
     data = _decl(arms=arms, grid={"envs": [DOORKEY], "seeds": [0, 1, 2, 3, 4]}, compare=[],
@@ -208,7 +218,7 @@ def _select_decl(root: Path) -> ex.Declaration:
                            "require": [{"role": "adversarial", "vs": "rl_only", "metric": "auc", "test": "not_below"}],
                            "score": {"role": "good", "metric": "auc"}, "tie": 0.01})
     _workdir(root, {"sel": data})
-    return ex.load_declaration("sel", root / "project")
+    return load_declaration("sel", root / "project")
 
 
 @pytest.mark.parametrize(("a", "b", "b_adv", "winner"), [
@@ -223,36 +233,36 @@ def test_the_select_rule_reads_the_paired_cis_and_breaks_ties_towards_fewer_mech
     decl = _select_decl(tmp_path)
     rl = [0.20, 0.21, 0.22, 0.20, 0.21]
     metrics = _metrics({"rl_only": rl, "a": a, "a_adv": [v + 0.01 for v in rl], "b": b, "b_adv": b_adv})
-    table = ex.comparison_table(decl, metrics)
-    assert ex.verdict(decl, table, metrics)["verdict"] == winner
+    table = comparison_table(decl, metrics)
+    assert verdict(decl, table, metrics)["verdict"] == winner
     # a candidate with no runs yet: no verdict
     partial = metrics[metrics["arm"] != "b_adv"]
-    assert ex.verdict(decl, ex.comparison_table(decl, partial), partial)["verdict"] == "incomplete"
+    assert verdict(decl, comparison_table(decl, partial), partial)["verdict"] == "incomplete"
 
 
 def test_the_adopt_rule_needs_every_requirement_on_every_env(tmp_path):
     root = _workdir(tmp_path, {"exp": _decl()})
-    decl = ex.load_declaration("exp", root)
+    decl = load_declaration("exp", root)
     better = _metrics({"rl_only": [0.1, 0.2], "full_half": [0.5, 0.7]})
-    assert ex.verdict(decl, ex.comparison_table(decl, better), better)["verdict"] == "adopt"
+    assert verdict(decl, comparison_table(decl, better), better)["verdict"] == "adopt"
     mixed = _metrics({"rl_only": [0.1, 0.6], "full_half": [0.5, 0.5]})
-    assert ex.verdict(decl, ex.comparison_table(decl, mixed), mixed)["verdict"] == "reject"
+    assert verdict(decl, comparison_table(decl, mixed), mixed)["verdict"] == "reject"
 
 
 def test_compare_writes_the_paired_comparison_and_the_verdict_from_finished_runs(tmp_path):
     root = _workdir(tmp_path, {"exp": _decl()})
-    decl = ex.load_declaration("exp", root)
+    decl = load_declaration("exp", root)
     curves = {"rl_only": [0.0, 0.1, 0.1, 0.2, 0.2, 0.2, 0.3], "full_half": [0.0, 0.5, 0.8, 0.9, 1.0, 1.0, 1.0]}
-    for run in ex.plan(decl, root):
+    for run in plan(decl, root):
         _finish(run, run.default_dir(root), root, eval_sr=curves[run.arm])
-    rec = ex.compare_experiment("exp", root, record_dir=root / "records")
+    rec = compare_experiment("exp", root, record_dir=root / "records")
     assert rec["verdict"] == "adopt"
-    table = pd.read_csv(root / ex.RESULTS_DIR / "exp" / "comparison.csv")
+    table = pd.read_csv(root / RESULTS_DIR / "exp" / "comparison.csv")
     auc = table[table["metric"] == "auc"].iloc[0]
     assert (auc["arm"], auc["vs"], auc["n_paired"]) == ("full_half", "rl_only", 2)
     assert auc["low"] > 0 and auc["p_improvement"] == 1.0
     assert json.loads((root / "records" / "exp.json").read_text())["verdict"] == "adopt"
-    assert "**adopt**" in (root / ex.RESULTS_DIR / "exp" / "comparison.md").read_text()
+    assert "**adopt**" in (root / RESULTS_DIR / "exp" / "comparison.md").read_text()
 
 
 # --------------------------------------------------------------------------- bad declarations
@@ -332,12 +342,12 @@ def test_the_workflow_refuses_a_bad_or_unknown_experiment_before_any_job(tmp_pat
 
 
 def test_every_declared_experiment_is_valid_and_the_decision_is_pre_registered():
-    names = ex.declared_names(REPO)
+    names = declared_names(REPO)
     assert "decide_default" in names
     for name in names:
-        decl = ex.load_declaration(name, REPO)
+        decl = load_declaration(name, REPO)
         assert decl.decision.get("text"), f"{name}: the decision rule in words"
-    decide = ex.load_declaration("decide_default", REPO)
+    decide = load_declaration("decide_default", REPO)
     assert len(decide.decision["candidates"]) <= 3
     simple = decide.arms[decide.decision["candidates"]["simple"]["good"]]
     assert simple.ablation == "kl" and simple.settings.get("prior.trust") is True
@@ -345,16 +355,16 @@ def test_every_declared_experiment_is_valid_and_the_decision_is_pre_registered()
 
 
 def test_the_experiment_log_is_what_the_declarations_and_records_produce():
-    assert (REPO / ex.LOG).read_text() == ex.log_markdown(REPO), \
+    assert (REPO / LOG).read_text() == log_markdown(REPO), \
         "docs/experiments.md is stale: python -m lore.analysis.experiments log"
 
 
 def test_imported_entries_are_complete_and_speak_to_users():
-    entries = yaml.safe_load((REPO / ex.IMPORTED).read_text())
+    entries = yaml.safe_load((REPO / IMPORTED).read_text())
     assert len(entries) >= 30
     keys = {"name", "question", "change", "grid", "n", "baseline", "effect", "verdict", "outcome", "commit", "source"}
     for entry in entries:
         assert set(entry) == keys, entry["name"]
         assert entry["verdict"] in {"adopted", "rejected", "inconclusive", "not run", "reference"}
-    text = (REPO / ex.LOG).read_text().lower()
+    text = (REPO / LOG).read_text().lower()
     assert "issue " not in text and "issue" not in np.array(text.split()).tolist()

@@ -58,6 +58,17 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+def reaches(graph: dict[str, set[str]], package: str) -> set[str]:
+    """Every module the modules of ``package`` import, directly or not."""
+    seen, todo = set(), [m for m in graph if m == package or m.startswith(package + ".")]
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo.extend(graph[module])
+    return seen
+
+
 def test_find_cycle_finds_a_deferred_cycle_and_passes_a_tree():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
@@ -73,17 +84,126 @@ def test_lore_has_no_import_cycles():
 @pytest.mark.parametrize("package", ["lore.sandbox"])
 def test_the_feature_sandbox_does_not_depend_on_the_llm_client(package):
     """The sandbox is a security boundary: it must not import the LLM client (or anything that does)."""
-    graph = import_graph()
-    seen, todo = set(), [m for m in graph if m == package or m.startswith(package + ".")]
-    while todo:
-        module = todo.pop()
-        if module not in seen:
-            seen.add(module)
-            todo.extend(graph[module])
+    seen = reaches(import_graph(), package)
     assert not {m for m in seen if m.startswith("lore.llm")}, sorted(seen)
+
+
+def test_the_sandbox_worker_imports_only_the_worker_side():
+    """The worker process reaches lore/sandbox/ modules alone, by file path (docs/sandbox.md): it must not
+    import the parent's side (runner, process, validation, streaks) or anything else of lore."""
+    worker_side = {f"lore.sandbox.{name}" for name in ("worker", "addresses", "checker", "hardening", "namespace",
+                                                       "protocol", "results", "rules", "seccomp")}
+    assert reaches(import_graph(), "lore.sandbox.worker") == worker_side
 
 
 def test_lore_uses_torch_compile_not_torch_jit():
     """Scripting (torch.jit) is deprecated; the compiled paths use torch.compile (``train.compile``)."""
     users = sorted(str(p.relative_to(LORE.parent)) for p in LORE.rglob("*.py") if "torch.jit" in p.read_text())
     assert users == []
+
+
+# --------------------------------------------------------------------------- the rooms and their doors
+
+ROOMS = {
+    "lore.envs": "MiniGrid and Crafter behind one interface",
+    "lore.dreamer": "DreamerV3: world model, actor-critic",
+    "lore.prior": "the LLM prior: mixing, gate, trust, KL control, temperature",
+    "lore.llm": "advice: prompts, backends, cache, call controller",
+    "lore.sandbox": "the feature-code sandbox",
+    "lore.plan": "CEM planning in latent space",
+    "lore.method": "the LoRe method: LoReAgent, advisor, terms",
+    "lore.train": "training loop, replay, evaluation, checkpoints",
+    "lore.analysis": "grid, status, tables, statistics, figures, paper",
+}
+"""The rooms the diagram shows; the top-level modules (presets, ablations, validation, cli) and the packages in
+:data:`SHARED` (the run configuration, small I/O helpers) are shared by every room."""
+SHARED = {"lore.config", "lore.utils"}
+DOORS = {
+    "transform": "act(transform): the action logits when acting",
+    "actor_term": "actor_term: an extra actor-loss term",
+    "head": "head: an extra head on the stopped latents",
+    "features": "act(features), features.enabled: late-fused encoder features",
+    "batch_keys": "batch_keys: the replay keys the terms read",
+}
+"""DreamerV3's extension points (keyword arguments of DreamerAgent and its act) and what each is for."""
+ARCHITECTURE = LORE.parent / "docs" / "architecture.md"
+BEGIN, END = "<!-- diagram:start -->", "<!-- diagram:end -->"
+
+
+def room_of(module: str) -> str:
+    return ".".join(module.split(".")[:2])
+
+
+def room_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Which room imports which (a room: ``lore.<package>``), among :data:`ROOMS`."""
+    rooms: dict[str, set[str]] = {}
+    for module, deps in graph.items():
+        for dep in deps:
+            a, b = room_of(module), room_of(dep)
+            if a != b and a in ROOMS and b in ROOMS:
+                rooms.setdefault(a, set()).add(b)
+    return rooms
+
+
+def dreamer_doors() -> list[str]:
+    """The extension points DreamerAgent offers: its keyword-only arguments and act's extra inputs."""
+    import inspect
+
+    from lore.dreamer.agent import DreamerAgent
+
+    init = inspect.signature(DreamerAgent.__init__).parameters.values()
+    act = inspect.signature(DreamerAgent.act).parameters
+    return [p.name for p in init if p.kind is p.KEYWORD_ONLY] + [n for n in ("features", "transform") if n in act]
+
+
+def architecture_diagram() -> str:
+    """The Mermaid diagram of docs/architecture.md, from the import graph and DreamerAgent's signature."""
+    rooms = room_graph(import_graph())
+    node = {name: name.split(".")[1] for name in ROOMS}
+    lines = ["```mermaid", "flowchart TD"]
+    lines += [f'    {node[name]}["{name}<br/>{text}"]' for name, text in ROOMS.items()]
+    doors = "<br/>".join(DOORS[d] for d in dreamer_doors())
+    for a in ROOMS:
+        for b in sorted(rooms.get(a, ()), key=list(ROOMS).index):
+            label = f' -- "{doors}" ' if (a, b) == ("lore.method", "lore.dreamer") else " "
+            lines.append(f"    {node[a]}{label}--> {node[b]}")
+    lines.append("```")
+    return "\n".join(lines)
+
+
+def write_architecture() -> None:
+    text = ARCHITECTURE.read_text()
+    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
+    ARCHITECTURE.write_text(text[:start] + "\n" + architecture_diagram() + "\n" + text[end:])
+
+
+def test_the_architecture_diagram_is_the_import_graph():
+    """docs/architecture.md shows the rooms as they import each other; rewrite it with
+    ``python tests/test_layout.py`` after a change of the layout or of DreamerV3's extension points."""
+    text = ARCHITECTURE.read_text()
+    shown = text[text.index(BEGIN) + len(BEGIN):text.index(END)].strip()
+    assert shown == architecture_diagram(), "docs/architecture.md is stale: run `python tests/test_layout.py`"
+
+
+def test_every_room_and_door_is_described():
+    rooms = {room_of(m) for m in import_graph() if m.count(".") >= 1 and (LORE / m.split(".")[1]).is_dir()}
+    assert rooms - SHARED == set(ROOMS), "a package without a line in ROOMS (or a line for one that is gone)"
+    assert sorted(dreamer_doors()) == sorted(DOORS), "DreamerAgent's extension points and DOORS differ"
+
+
+def test_dreamer_is_dreamerv3_alone():
+    """lore.dreamer imports nothing of the method, the LLM or the trainer: it can be read, and swapped, alone."""
+    outside = {room_of(m) for m in reaches(import_graph(), "lore.dreamer")} - {"lore.dreamer"}
+    assert not outside & {"lore.prior", "lore.llm", "lore.plan", "lore.sandbox", "lore.method", "lore.train"}, outside
+
+
+def test_the_trainer_knows_the_method_through_lore_method_only():
+    """lore.train holds a LoReAgent: it imports neither DreamerV3 nor the prior directly, and no analysis."""
+    graph = import_graph()
+    direct = {room_of(dep) for m, deps in graph.items() if room_of(m) == "lore.train" for dep in deps}
+    assert not direct & {"lore.dreamer", "lore.prior", "lore.analysis"}, direct
+    assert not {room_of(m) for m in reaches(graph, "lore.train")} & {"lore.analysis"}
+
+
+if __name__ == "__main__":
+    write_architecture()

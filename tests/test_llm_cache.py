@@ -137,7 +137,7 @@ def test_a_shared_cache_answers_but_is_never_written(tmp_path):
 
 
 def test_a_shared_cache_must_exist_and_be_a_cache(tmp_path):
-    from lore.train.trainer import preflight
+    from lore.train.run_dir import preflight
 
     with pytest.raises(ValueError, match="read-only LLM cache .*no such file"):
         open_cache(None, str(tmp_path / "missing.sqlite"))

@@ -279,7 +279,7 @@ def test_an_endpoint_without_models_is_refused_before_the_run_starts(capsys, tmp
 
 
 def test_a_reachable_server_costs_one_listing_and_no_generation(tmp_path, stub):
-    from lore.train.trainer import preflight
+    from lore.train.run_dir import preflight
 
     cfg = openai_cfg(stub, ablation="prior_only")
     preflight(cfg, tmp_path / "run")

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from lore.analysis.aggregate import AnalysisSettings, aggregate
-from lore.analysis.paper import SENTENCE_MACROS, write_generated
+from lore.analysis.paper import write_generated
+from lore.analysis.paper_macros import SENTENCE_MACROS
 from lore.analysis.runs import load_runs
 from lore.analysis.synthetic import SyntheticRun, run_dir_for, write_run
 

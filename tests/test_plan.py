@@ -204,16 +204,16 @@ def test_planner_state_round_trip_is_reproducible():
 
 
 def test_planner_runs_on_the_dreamer_agent_adapter():
-    agent_module = pytest.importorskip("lore.dreamer.agent", reason="the DreamerV3 agent is not importable")
     import gymnasium
     import numpy as np
 
     from lore.config import build_config
+    from lore.method import LoReAgent
 
     cfg = build_config(overrides=["model.preset=debug", "plan.enabled=true", "plan.samples=16", "plan.elites=4",
                                   "plan.iterations=2", "plan.horizon=4"])
     space = gymnasium.spaces.Dict({"symbolic": gymnasium.spaces.Box(-np.inf, np.inf, (10,), np.float32)})
-    agent = agent_module.DreamerAgent(space, 4, cfg, torch.device("cpu"))
+    agent = LoReAgent(space, 4, cfg, torch.device("cpu"))
     out = agent.act({"symbolic": torch.randn(2, 10)}, torch.ones(2, dtype=torch.bool), agent.initial_state(2))
     planner = Planner(cfg.plan, num_actions=4, gamma=cfg.dreamer.gamma, seed=0)
     plan_out = planner.plan(agent, out.latent, llm_plan=[[1, 2], None], prior_logits=torch.zeros(2, 4),

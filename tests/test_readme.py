@@ -125,15 +125,16 @@ def test_the_ablation_in_the_guide_is_accepted_everywhere(monkeypatch):
 def test_the_experiment_in_the_guide_is_a_valid_declaration(tmp_path):
     import shutil
 
-    from lore.analysis import experiments as ex
+    from lore.analysis.experiment_declaration import load_declaration
+    from lore.analysis.experiment_plan import plan
 
     text = _code_blocks((REPO / "docs" / "experiments_guide.md").read_text(), "yaml")[0]
     root = tmp_path / "project"
     shutil.copytree(CONFIG_DIR, root / "config", ignore=shutil.ignore_patterns("experiments"))
     (root / "config" / "experiments").mkdir()
     (root / "config" / "experiments" / "beta_half.yaml").write_text(text)
-    decl = ex.load_declaration("beta_half", root)
-    runs = ex.plan(decl, root)
+    decl = load_declaration("beta_half", root)
+    runs = plan(decl, root)
     # 2 arms and their 2 benchmark arms, on 2 envs, 5 seeds
     assert len(runs) == 4 * 2 * 5
     assert {r.arm for r in runs} == {"full", "full_adversarial", "baseline:full", "baseline:full_adversarial"}

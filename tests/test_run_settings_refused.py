@@ -131,7 +131,7 @@ def test_a_rejected_key_is_refused_before_the_run_starts(capsys, tmp_path, api_k
 
 
 def test_a_reachable_endpoint_costs_one_lookup_and_no_generation(tmp_path, api_key, stub):
-    from lore.train.trainer import preflight
+    from lore.train.run_dir import preflight
 
     cfg = build_config(overrides=[*TINY, "llm.backend=gemini", f"llm.base_url={stub.base_url}"],
                        ablation="prior_only")

@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 from lore.sandbox import FAILURE_KINDS, FeatureResult, FeatureSandbox, code_id
-from lore.sandbox import worker as worker_module
+from lore.sandbox.hardening import harden
+from lore.sandbox.results import MAX_NAME_CHARS
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux")
 
@@ -166,7 +167,7 @@ def test_dict_keys_come_back_as_clean_short_text(sandbox):
     code = _fn("return {'\\ud800bad': 1.0, 'k' * 500: 2.0, 'émoji 🙂': 3.0, 'line\\nbreak': 4.0}")
     result = sandbox.run(code, {})
     assert result.ok, result.error
-    assert all(len(name) <= worker_module.MAX_NAME_CHARS for name in result.names)
+    assert all(len(name) <= MAX_NAME_CHARS for name in result.names)
     for name in result.names:
         name.encode("utf-8")  # no lone surrogates
     assert result.names[2] == "émoji 🙂" and result.names[3] == "line break"
@@ -570,7 +571,7 @@ def test_code_that_keeps_failing_is_disabled():
 def test_llm_bridge_drops_disabled_feature_code():
     from types import SimpleNamespace
 
-    from lore.train.llm_bridge import LLMBridge
+    from lore.method.advisor import LLMBridge
 
     looping = _fn("while True:\n    pass")
     advice = SimpleNamespace(prior_logits=np.zeros(3, np.float32), confidence=1.0, source="llm",
@@ -675,7 +676,7 @@ def test_hardening_holds_without_the_python_layer(tmp_path):
     if pid == 0:  # child: never returns into pytest
         try:
             os.close(read_fd)
-            report = worker_module.harden({"root_dir": root, "memory_mb": 64, "cpu_lifetime_s": 30})
+            report = harden({"root_dir": root, "memory_mb": 64, "cpu_lifetime_s": 30})
             attempts = {}
 
             def attempt(name, action):
@@ -816,12 +817,12 @@ def main(config_text):
                                              ("wrong_count", "worker_crashed"), ("bad_values", "worker_crashed"),
                                              ("unknown_kind", "worker_crashed"), ("exit", "worker_crashed")])
 def test_parent_survives_a_compromised_worker(tmp_path, monkeypatch, behaviour, kind):
-    import lore.sandbox.runner as sandbox_module
+    import lore.sandbox.process as process_module
 
     marker = tmp_path / "unpickled_in_parent"
     fake = tmp_path / "fake_worker.py"
     fake.write_text(FAKE_WORKER.format(behaviour=behaviour, marker=str(marker)))
-    monkeypatch.setattr(sandbox_module, "_WORKER_FILE", str(fake))
+    monkeypatch.setattr(process_module, "_WORKER_FILE", str(fake))
     with FeatureSandbox(N, timeout_s=TIMEOUT) as sb:
         start = time.monotonic()
         result = sb.run(FEATURES_LIST, minigrid_snapshot())
@@ -833,12 +834,12 @@ def test_parent_survives_a_compromised_worker(tmp_path, monkeypatch, behaviour, 
 
 
 def test_worker_that_never_starts_raises_sandbox_error(tmp_path, monkeypatch):
-    import lore.sandbox.runner as sandbox_module
+    import lore.sandbox.process as process_module
     from lore.sandbox import SandboxError
 
     fake = tmp_path / "fake_worker.py"
     fake.write_text(FAKE_WORKER.format(behaviour="no_handshake", marker=""))
-    monkeypatch.setattr(sandbox_module, "_WORKER_FILE", str(fake))
+    monkeypatch.setattr(process_module, "_WORKER_FILE", str(fake))
     with FeatureSandbox(N) as sb:
         with pytest.raises(SandboxError, match="failed to start"):
             sb.start()

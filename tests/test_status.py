@@ -11,14 +11,13 @@ import pytest
 import yaml
 from test_train import TINY
 
+from lore.analysis.status import read_csv_rows, workflow_lines
 from lore.cli import main as lore_main
-from lore.train.status import (
+from lore.train.progress import (
     eta_seconds,
     format_duration,
     log_points,
-    read_csv_rows,
     training_rate,
-    workflow_lines,
 )
 from lore.utils.io import exclusive_dir_lock
 

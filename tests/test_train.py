@@ -275,11 +275,11 @@ def test_an_answer_steers_the_step_it_was_asked_at_only_when_asked_before_acting
     trainer._start_episodes()
     asked = steered = 0
     for _ in range(80):
-        calls = trainer.bridge.controller.counters()["llm_calls"]
+        calls = trainer.agent.advisor.controller.counters()["llm_calls"]
         trainer._collect_step()
-        if trainer.bridge.controller.counters()["llm_calls"] > calls:
+        if trainer.agent.advisor.controller.counters()["llm_calls"] > calls:
             asked += 1
-            mask = float(trainer.bridge.last_llm["mask"][0])
+            mask = float(trainer.agent.advisor.last_llm["mask"][0])
             steered += int(mask > 0)
             staged = [row for row in trainer.replay.staging[0] if not row["is_last"]]
             if staged:  # what the replay keeps for the step is what the act used

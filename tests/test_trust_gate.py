@@ -701,7 +701,7 @@ def test_act_scale_is_two_trust_capped_at_one():
 def test_the_llm_is_asked_in_proportion_to_the_trust_in_its_answers():
     from types import SimpleNamespace
 
-    from lore.train.llm_bridge import LLMBridge
+    from lore.method.advisor import LLMBridge
 
     gen = torch.Generator().manual_seed(6)
     for trusted in (False, True):

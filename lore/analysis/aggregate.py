@@ -33,6 +33,7 @@ from lore.analysis.runs import (
     tidy,
 )
 from lore.analysis.settings import AnalysisSettings, budget_metric
+from lore.envs.crafter import crafter_score
 
 __all__ = ["ALL_ENVS", "CONFIG_COLUMNS", "AnalysisSettings", "Tables", "aggregate", "budget_metric"]
 
@@ -67,7 +68,7 @@ def run_metrics(run: Run, settings: AnalysisSettings) -> dict[str, float]:
         ach = run.achievement_columns
         if ach:
             rates = ev[ach].iloc[-1].to_numpy(float)
-            out["crafter_score"] = st.crafter_score(rates) if np.all(np.isfinite(rates)) else math.nan
+            out["crafter_score"] = crafter_score(rates) if np.all(np.isfinite(rates)) else math.nan
         if steps[0] == 0:
             out["initial_sr"] = float(sr[0])  # the untrained policy: the floor (chance level)
     episodes = run.episodes

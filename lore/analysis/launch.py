@@ -28,7 +28,7 @@ STATES = ("archived", "finished", "running", "missing")
 
 @dataclass(frozen=True)
 class RunState:
-    run: object  # lore.analysis.experiments.PlannedRun
+    run: object  # lore.analysis.experiment_plan.PlannedRun
     folder: Path
     state: str
     feeds_decision: bool

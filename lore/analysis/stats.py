@@ -1,5 +1,5 @@
-"""Statistics over seeds: IQM, stratified bootstrap CIs, probability of improvement,
-curve summaries and the Crafter score.
+"""Statistics over seeds: IQM, stratified bootstrap CIs, probability of improvement and
+curve summaries (the Crafter score is Crafter's: :func:`lore.envs.crafter.crafter_score`).
 
 Everything here is a small pure function over numpy arrays. The conventions follow
 Agarwal et al. (2021), "Deep RL at the Edge of the Statistical Precipice": the IQM is
@@ -303,12 +303,3 @@ def cumulative_success_window(
 # --------------------------------------------------------------------------- Crafter
 
 
-def crafter_score(success_rates: np.ndarray) -> float:
-    """Crafter score in percent: exp(mean ln(1 + s_i)) - 1 with s_i the 22 achievement success
-    rates in percent (Hafner 2021). ``success_rates`` are rates in [0, 1]."""
-    rates = np.asarray(success_rates, dtype=float).ravel()
-    if rates.size == 0:
-        raise ValueError("crafter_score: no achievement rates")
-    if np.any((rates < 0) | (rates > 1)) or not np.all(np.isfinite(rates)):
-        raise ValueError("crafter_score: achievement success rates must be finite and in [0, 1]")
-    return float(np.exp(np.mean(np.log1p(100.0 * rates))) - 1.0)

@@ -1,4 +1,7 @@
-"""DreamerAgent: DreamerV3 world model + actor-critic + LoRe's prior layer (contract: docs/CONTRACTS.md).
+"""DreamerAgent: DreamerV3's world model and actor-critic, learned from replay, acting by the actor.
+
+The extension points (a transform of the action logits at act time, an extra actor-loss term, an extra
+head on the stopped latent features, late-fused features) are documented in :mod:`lore.dreamer`.
 
 Replay conventions (one row per env step t): ``obs.<name>`` is obs t, ``reward[t]`` the reward
 received on arriving at obs t (0 at an episode's first step), ``is_terminal[t]`` whether obs t is a
@@ -13,6 +16,7 @@ import contextlib
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 import gymnasium
 import torch
@@ -45,12 +49,11 @@ from lore.dreamer.math import (
 from lore.dreamer.networks import MLP, CNNDecoder, CNNEncoder, EnsembleMLP, compile_in_place
 from lore.dreamer.rssm import LayerNormGRUCell
 from lore.dreamer.world_model import WorldModel
-from lore.prior.layer import PriorLayer
 
 Tensor = torch.Tensor
 
-WM_LOSSES = ("decoder", "reward", "continue", "dyn", "rep", "ensemble", "prior_net")
-ACTOR_LOSSES = ("actor", "prior")
+WM_LOSSES = ("decoder", "reward", "continue", "dyn", "rep")
+ACTOR_LOSSES = ("actor",)
 COMPILED_NETWORKS = (MLP, CNNEncoder, CNNDecoder, EnsembleMLP, LayerNormGRUCell)
 """What ``train.compile: networks`` compiles: the networks, not the Python loops (observe, imagine) that call them."""
 COMPILE_GRAPH_LIMIT = 64
@@ -58,17 +61,42 @@ CRITIC_LOSSES = ("critic", "slow_reg")
 
 
 @dataclass
+class PolicyStep:
+    """The policy forward of one act step, before an action is drawn (what a logits transform reads)."""
+
+    logits: Tensor     # [B, A] the actor's log-probs
+    latent: Tensor     # [B, F] posterior features
+    entropy: Tensor    # [B] entropy of the actor's distribution
+    value_var: Tensor  # [B] variance of the critic heads' values
+    is_first: Tensor   # [B] bool episode starts
+    generator: torch.Generator  # the agent's generator: a transform that draws keeps the run reproducible
+
+
+@dataclass
 class ActOutput:
-    action: Tensor          # [B] int64, sampled from logits_mix
+    action: Tensor          # [B] int64, sampled from ``logits``
     state: dict             # recurrent state for the next act() call
-    logits_wm: Tensor       # [B, A] world-model policy, before any prior
-    logits_mix: Tensor      # [B, A] after the prior layer
-    beta: Tensor            # [B]
-    u_entropy: Tensor       # [B]
-    u_value_var: Tensor     # [B]
-    u_disagreement: Tensor  # [B]
-    action_changed: Tensor  # [B] bool: a_mix != a_wm under the same Gumbel noise
-    latent: Tensor          # [B, D] posterior features (planner / PriorNet input)
+    logits: Tensor          # [B, A] the logits the action was drawn from (after the transform, if any)
+    step: PolicyStep        # the policy forward (``step.logits``: before any transform)
+    action_changed: Tensor  # [B] bool: the action differs from the actor's own under the same Gumbel noise
+
+
+class ActorTerm(Protocol):
+    """An extra actor-loss term on the imagination's start states (extension point, see :mod:`lore.dreamer`).
+
+    Per update: :meth:`inputs` (host side, before the loss), :meth:`loss` (in the update's graph: no host reads)
+    and :meth:`finish` (host side, after the actor and critic stepped), in that order.
+    """
+
+    name: str     # the loss's name: its LOSS_SCALES key and its metric ``loss_<name>``
+    scale: float  # its entry in LOSS_SCALES
+
+    def inputs(self, rows: dict[str, Tensor]) -> dict[str, Tensor]: ...
+
+    def loss(self, logits: Tensor, rows: dict[str, Tensor], inputs: dict[str, Tensor]
+             ) -> tuple[Tensor, dict[str, Tensor]]: ...
+
+    def finish(self, metrics: dict[str, float], start: dict[str, Tensor]) -> None: ...
 
 
 def compile_options(device: torch.device) -> dict:
@@ -100,7 +128,18 @@ def _get(batch, key: str):
 
 
 class DreamerAgent:
-    def __init__(self, obs_space: gymnasium.spaces.Dict, num_actions: int, cfg, device="cpu"):
+    """DreamerV3 for discrete actions: :meth:`act` (the policy), :meth:`train_step` (one update from a replay
+    batch), :meth:`state_dict` / :meth:`load_state_dict`.
+
+    ``batch_keys``: extra replay keys ``{name: trailing shape}`` that ``actor_term`` and ``head`` read from a
+    ``[B, T]`` batch (as float; zeros where a batch lacks one); ``actor_term``: an :class:`ActorTerm`;
+    ``head(feat_dim)``: builds an extra head on the stopped latent features (its ``name``, ``scale`` and
+    ``loss(feat, data)``), trained with the world model.
+    """
+
+    def __init__(self, obs_space: gymnasium.spaces.Dict, num_actions: int, cfg, device="cpu", *,
+                 batch_keys: Mapping[str, tuple[int, ...]] | None = None, actor_term: ActorTerm | None = None,
+                 head: Callable[[int], torch.nn.Module] | None = None):
         if num_actions < 2:
             raise ValueError(f"num_actions must be >= 2, got {num_actions}")
         for name in ("deter", "stoch", "classes", "units", "layers", "bins", "value_heads", "ensemble"):
@@ -110,21 +149,17 @@ class DreamerAgent:
         self.device = torch.device(device)
         self.num_actions = num_actions
         self.obs_keys = sorted(obs_space.spaces)
+        self.batch_keys = dict(batch_keys or {})
+        self.actor_term = actor_term
         d, m = cfg.dreamer, cfg.model
 
-        self.wm = WorldModel(obs_space, num_actions, cfg).to(self.device)
+        self.wm = WorldModel(obs_space, num_actions, cfg, head).to(self.device)
         feat = self.wm.feat_dim
         self.actor = Actor(feat, num_actions, m.units, m.layers, d.unimix).to(self.device)
         self.critic = Critic(feat, m.value_heads, m.units, m.layers, self.wm.bins).to(self.device)
         self.slow_critic = make_slow_copy(self.critic)
-        self.prior = PriorLayer(cfg.prior, num_actions, num_envs=cfg.env.num_envs)
         self.retnorm = ReturnNormalizer(d.retnorm_decay, d.retnorm_low, d.retnorm_high, device=self.device)
-        self.loss_scales = build_loss_scales(cfg)
-        expected = [k for k in WM_LOSSES if k != "prior_net" or cfg.distill.enabled]
-        check_scales_used(self.loss_scales, [*expected, *ACTOR_LOSSES, *CRITIC_LOSSES])
-        unscaled = sorted(set(expected) - set(self.loss_scales))
-        if unscaled:
-            raise KeyError(f"losses {unscaled} have no entry in LOSS_SCALES")
+        self.loss_scales = self._loss_scales()
 
         # the compiled update steps with fused Adam (one kernel for all parameters; the same maths up to
         # rounding); eager keeps torch's default, so that its runs stay bit-identical to the recorded ones
@@ -135,34 +170,49 @@ class DreamerAgent:
 
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(int(cfg.seed))
-        # the gate reads the policy entropy alone: the disagreement ensemble is neither trained nor queried
-        # (its signal is NaN, its loss 0, its metrics NaN)
-        self.reads_disagreement = False
-        self.wm.train_ensemble = self.reads_disagreement
         self.autocast_dtype = torch.bfloat16 if cfg.train.precision == "bfloat16" else None
-        mode = cfg.train.compile
         # bootstrapped heads with separate weights (EnsembleMLP) can each run on their own rows; the compiled
         # update reads no data-dependent shape, so there every head runs on every row (0-weighted where not its own)
-        self._critic_on_rows = d.value_bootstrap < 1.0 and mode != "update"
-        self.compiled: list[str] = []
+        self._critic_on_rows = d.value_bootstrap < 1.0 and cfg.train.compile != "update"
         self._wm_losses_fn, self._behaviour_fn, self._act_fn = self._world_model_losses, self._behaviour, self._act_core
+        self.compiled = self._compile(cfg.train.compile)
+        self.nonfinite_skips = 0
+        self.train_steps = 0
+        self.env_step = 0
+        """The env step a user of the agent last acted at (recorded in checkpoints; the agent does not read it)."""
+        self._scales_checked = False
+
+    def _loss_scales(self) -> dict[str, float]:
+        """LOSS_SCALES with the extensions' entries; every expected loss must have one."""
+        scales = build_loss_scales(self.cfg)
+        extra = [ext for ext in (self.actor_term, getattr(self.wm, self.wm.head_name or "", None)) if ext is not None]
+        scales.update({ext.name: float(ext.scale) for ext in extra})
+        expected = [*WM_LOSSES, *ACTOR_LOSSES, *CRITIC_LOSSES, *(ext.name for ext in extra)]
+        check_scales_used(scales, expected)
+        unscaled = sorted(set(expected) - set(scales))
+        if unscaled:
+            raise KeyError(f"losses {unscaled} have no entry in LOSS_SCALES")
+        return scales
+
+    def _compile(self, mode: str) -> list[str]:
+        """``train.compile``: ``networks`` compiles the networks in place, ``update`` the update's two halves
+        and the act step as whole graphs; returns what was compiled."""
         if mode == "networks":
             # one code object (MLP.forward) serves many heads, each with its own shapes and grad modes:
             # dynamo's default of 8 graphs per code object would silently fall back to eager
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, COMPILE_GRAPH_LIMIT)
+            compiled = []
             for root in (self.wm, self.actor, self.critic, self.slow_critic):
-                self.compiled += compile_in_place(root, COMPILED_NETWORKS)
-        elif mode == "update":
+                compiled += compile_in_place(root, COMPILED_NETWORKS)
+            return compiled
+        if mode == "update":
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, COMPILE_GRAPH_LIMIT)
             options = compile_options(self.device)
             self._wm_losses_fn = torch.compile(self._world_model_losses, **options)
             self._behaviour_fn = torch.compile(self._behaviour, **options)
             self._act_fn = torch.compile(self._act_core, **options)
-            self.compiled = ["world_model_losses", "behaviour", "act"]
-        self.nonfinite_skips = 0
-        self.train_steps = 0
-        self.env_step = 0
-        self._scales_checked = False
+            return ["world_model_losses", "behaviour", "act"]
+        return []
 
     # ------------------------------------------------------------------ acting
 
@@ -176,118 +226,57 @@ class DreamerAgent:
         """The state with ``prev_action`` replaced by the action actually executed (e.g. a planner's)."""
         return {**state, "prev_action": F.one_hot(action.long().to(self.device), self.num_actions).float()}
 
-    def _llm_act_inputs(self, llm: Mapping | None, batch: int) -> dict[str, Tensor]:
-        llm = dict(llm or {})
-        a, n_feat = self.num_actions, self.cfg.features.n_features
-
-        def take(key, shape):
-            value = llm.get(key)
-            if value is None:
-                return torch.zeros(shape, device=self.device)
-            value = torch.as_tensor(value, device=self.device).float()
-            if tuple(value.shape) != shape:
-                raise ValueError(f"llm['{key}'] has shape {tuple(value.shape)}, expected {shape}")
-            return value
-
-        out = {
-            "prior_logits": take("prior_logits", (batch, a)),
-            "mask": take("mask", (batch,)),
-            "confidence": take("confidence", (batch,)),
-            "features": take("features", (batch, n_feat)),
-            "features_mask": take("features_mask", (batch,)),
-        }
-        out["prior_logits"] = _sanitise_prior(out["prior_logits"], out["mask"])
-        out["source"] = take("source", (batch,))
-        return out
-
     @torch.no_grad()
     def act(self, obs: Mapping[str, Tensor], is_first: Tensor, state: dict[str, Tensor],
-            llm: Mapping | None = None, env_step: int = 0, sample: bool = True,
-            consult: Callable[[Tensor | None], Mapping | None] | None = None) -> ActOutput:
-        """One act step. ``consult(u [B] or None)``, when given, is called once the policy has seen this step's
-        observation and before the prior is mixed in: it may ask the LLM about the state being acted in and
-        returns fresh ``llm`` entries (``prior_logits``, ``mask``, ``confidence``, ``source``) or None."""
-        self.env_step = int(env_step)
+            features: tuple[Tensor, Tensor] | None = None, sample: bool = True,
+            transform: Callable[[PolicyStep], Tensor] | None = None) -> ActOutput:
+        """One act step of ``B`` envs: the posterior with this step's observation, then an action drawn from the
+        actor's logits, or from ``transform(step)`` [B, A] when given (extension point).
+
+        ``features``: late-fused features ``([B, F], mask [B])`` for the encoder (zeros without).
+        """
         is_first = torch.as_tensor(is_first, device=self.device).bool().reshape(-1)
         batch = is_first.shape[0]
         obs = {k: torch.as_tensor(obs[k], device=self.device) for k in self._check_obs_keys(obs)}
-        llm_in = self._llm_act_inputs(llm, batch)
+        feats, feats_mask = self._act_features(features, batch)
         m = self.cfg.model
         noise = gumbel_noise((batch, m.stoch, m.classes), self.generator, self.device)
-        deter, stoch, latent, logits_wm, entropy, value_var = self._act_fn(
-            obs, llm_in["features"], llm_in["features_mask"], state["deter"], state["stoch"], state["prev_action"],
-            is_first, noise)
-        post = {"deter": deter.clone(), "stoch": stoch.clone()}  # the next step's input outlives a graph replay
-        u = {
-            "entropy": entropy,
-            "value_var": value_var,
-            "disagreement": (self.wm.expected_disagreement(latent, logits_wm.exp()) if self.reads_disagreement
-                             else torch.full((latent.shape[0],), math.nan, device=latent.device)),
-        }
-        if consult is not None:
-            if batch == self.prior.num_envs:  # the control draw decides whether this episode may ask at all
-                self.prior.draw_control_episodes(is_first, self.generator)
-            fresh = consult(self.prior.preview_u(u, batch))
-            if fresh:
-                llm_in = self._llm_act_inputs({**dict(llm or {}), **fresh}, batch)
-        logits_mix, beta = self.prior.act(logits_wm, llm_in["prior_logits"], llm_in["mask"], u,
-                                          self.env_step, generator=self.generator, source=llm_in["source"],
-                                          is_first=is_first, control_drawn=consult is not None)
-        action, action_wm = gumbel_argmax_pair(logits_mix, logits_wm, self.generator, sample)
-        new_state = {"deter": post["deter"], "stoch": post["stoch"],
-                     "prev_action": F.one_hot(action, self.num_actions).float()}
-        return ActOutput(action=action, state=new_state, logits_wm=logits_wm, logits_mix=logits_mix,
-                         beta=beta, u_entropy=u["entropy"], u_value_var=u["value_var"],
-                         u_disagreement=u["disagreement"], action_changed=action != action_wm, latent=latent)
+        deter, stoch, latent, logits, entropy, value_var = self._act_fn(
+            obs, feats, feats_mask, state["deter"], state["stoch"], state["prev_action"], is_first, noise)
+        step = PolicyStep(logits=logits, latent=latent, entropy=entropy, value_var=value_var, is_first=is_first,
+                          generator=self.generator)
+        # the next step's input outlives a graph replay
+        new_state = {"deter": deter.clone(), "stoch": stoch.clone()}
+        acting = logits if transform is None else transform(step)
+        action, own = gumbel_argmax_pair(acting, logits, self.generator, sample)
+        new_state["prev_action"] = F.one_hot(action, self.num_actions).float()
+        return ActOutput(action=action, state=new_state, logits=acting, step=step, action_changed=action != own)
+
+    def _act_features(self, features: tuple[Tensor, Tensor] | None, batch: int) -> tuple[Tensor, Tensor]:
+        """The late-fused features of an act step and their mask, checked; zeros without."""
+        n_feat = self.cfg.features.n_features
+        if features is None:
+            return torch.zeros(batch, n_feat, device=self.device), torch.zeros(batch, device=self.device)
+        out = []
+        for name, value, shape in zip(("features", "features_mask"), features, ((batch, n_feat), (batch,)),
+                                      strict=True):
+            value = torch.as_tensor(value, device=self.device).float()
+            if tuple(value.shape) != shape:
+                raise ValueError(f"{name} has shape {tuple(value.shape)}, expected {shape}")
+            out.append(value)
+        return out[0], out[1]
 
     def _act_core(self, obs: dict[str, Tensor], features: Tensor, features_mask: Tensor, deter: Tensor,
                   stoch: Tensor, prev_action: Tensor, is_first: Tensor, noise: Tensor) -> tuple[Tensor, ...]:
         """The policy forward of one act step -> (posterior deter [B, D], stoch [B, S, C], latent [B, F],
-        logits_wm [B, A], entropy [B], value variance over the critic heads [B]); reads nothing back to the host."""
+        logits [B, A], entropy [B], value variance over the critic heads [B]); reads nothing back to the host."""
         embed = self.wm.embed(obs, features, features_mask)
         post, _, _ = self.wm.rssm.obs_step({"deter": deter, "stoch": stoch}, prev_action, embed, is_first,
                                            noise=noise)
         latent = self.wm.rssm.features(post)
-        logits_wm = self.actor(latent)
-        return (post["deter"], post["stoch"], latent, logits_wm, categorical_entropy(logits_wm),
+        logits = self.actor(latent)
+        return (post["deter"], post["stoch"], latent, logits, categorical_entropy(logits),
                 self.critic.values(latent).var(0, unbiased=False))
-
-    def prior_net_logits(self, latent: Tensor) -> Tensor:
-        """PriorNet's action log-probs [B, A] for posterior features [B, D] (distill must be enabled)."""
-        if self.wm.prior_net is None:
-            raise RuntimeError("prior_net_logits: the PriorNet exists only with distill.enabled = true")
-        with torch.no_grad():
-            return torch.log_softmax(self.wm.prior_net(latent.to(self.device)), -1)
-
-    def plan_callables(self) -> dict:
-        """``{step, reward, cont, value}`` on latents [N, D] for :mod:`lore.plan` (no gradient).
-
-        ``step(latent, action_onehot [N, A])`` is one prior step with a sampled ``stoch`` (drawn from
-        the agent's generator); ``reward`` is the reward of the transition into the latent, ``cont``
-        its continue probability, ``value`` the critic's value (the mean of its heads).
-        """
-        rssm, deter_dim = self.wm.rssm, self.cfg.model.deter
-
-        @torch.no_grad()
-        def step(latent: Tensor, action: Tensor) -> Tensor:
-            state = {"deter": latent[:, :deter_dim],
-                     "stoch": latent[:, deter_dim:].reshape(-1, rssm.stoch_dim, rssm.classes)}
-            nxt, _ = rssm.img_step(state, action.to(latent.dtype), self.generator)
-            return rssm.features(nxt)
-
-        @torch.no_grad()
-        def reward(latent: Tensor) -> Tensor:
-            return self.wm.reward(latent)
-
-        @torch.no_grad()
-        def cont(latent: Tensor) -> Tensor:
-            return self.wm.continue_prob(latent)
-
-        @torch.no_grad()
-        def value(latent: Tensor) -> Tensor:
-            return self.critic.values(latent).mean(0)
-
-        return {"step": step, "reward": reward, "cont": cont, "value": value}
 
     def _check_obs_keys(self, obs: Mapping) -> list[str]:
         missing = [k for k in self.obs_keys if k not in obs]
@@ -325,15 +314,10 @@ class DreamerAgent:
         bad = int(data["action"].min()), int(data["action"].max())
         if bad[0] < 0 or bad[1] >= self.num_actions:
             raise ValueError(f"batch['action'] values {bad} outside [0, {self.num_actions})")
-        defaults = {
-            "llm_prior_logits": (b, t, self.num_actions), "llm_mask": (b, t), "llm_confidence": (b, t),
-            "llm_beta": (b, t), "llm_features": (b, t, self.cfg.features.n_features), "llm_features_mask": (b, t),
-            "llm_source": (b, t),
-        }
-        for key, shape in defaults.items():
+        features = {"features": (self.cfg.features.n_features,), "features_mask": ()}
+        for key, tail in {**features, **self.batch_keys}.items():
             value = _get(batch, key)
-            data[key] = torch.zeros(shape, device=self.device) if value is None else value.to(self.device).float()
-        data["llm_prior_logits"] = _sanitise_prior(data["llm_prior_logits"], data["llm_mask"])
+            data[key] = torch.zeros((b, t, *tail), device=self.device) if value is None else value.to(self.device).float()
         return data
 
     def _autocast(self):
@@ -399,26 +383,67 @@ class DreamerAgent:
         total = combine_losses(losses, self.loss_scales)
         return total, losses, {"deter": post["deter"].detach(), "stoch": post["stoch"].detach()}, metrics
 
-    def _behaviour(self, post: dict[str, Tensor], data: dict, noise: dict[str, Tensor],
-                   prior_in: dict[str, Tensor], moments: tuple[Tensor, Tensor]) -> tuple[dict, dict, dict, dict]:
+    def _start_rows(self, data: dict) -> dict[str, Tensor]:
+        """``is_terminal`` and the extra ``batch_keys`` at the imagination's start states ([N, ...] each)."""
+        b, t = data["action"].shape
+        last = self._imagination_starts(b, t) // b
+        return {k: data[k][:, t - last:].reshape(b * last, *data[k].shape[2:])
+                for k in ("is_terminal", *self.batch_keys)}
+
+    def _behaviour(self, post: dict[str, Tensor], rows: dict[str, Tensor], noise: dict[str, Tensor],
+                   term_inputs: dict[str, Tensor], moments: tuple[Tensor, Tensor]) -> tuple[dict, dict, dict, dict]:
         """Imagine from every posterior state and build the actor and critic losses; reads nothing back to the host.
 
-        ``noise`` from :meth:`_update_noise`, ``prior_in`` from :meth:`PriorLayer.loss_inputs`, ``moments`` the
-        return normaliser's (low, high). Returns (actor losses, critic losses, metric tensors, side outputs:
-        the new moments, the imagination internals and the advised start states). No gradient reaches the
-        world model: starts are detached and the dynamics and reward/continue heads run without grad.
+        ``rows`` from :meth:`_start_rows`, ``noise`` from :meth:`_update_noise`, ``term_inputs`` from the actor
+        term's ``inputs``, ``moments`` the return normaliser's (low, high). Returns (actor losses, critic losses,
+        metric tensors, side outputs: the new moments, the start states and the imagination internals). No
+        gradient reaches the world model: starts are detached and the dynamics and reward/continue heads run
+        without grad.
         """
         d = self.cfg.dreamer
         n = noise["actor"].shape[1]
         if n < post["deter"].shape[0] * post["deter"].shape[1]:  # imag_last: the last steps of each sequence
             last = n // post["deter"].shape[0]
             post = {k: post[k][:, -last:] for k in ("deter", "stoch")}
-            data = {**data, **{k: data[k][:, -last:] for k in
-                               ("is_terminal", "llm_prior_logits", "llm_mask", "llm_confidence", "llm_beta",
-                                "llm_source")}}
         start = {"deter": post["deter"].reshape(n, -1).detach(),
                  "stoch": post["stoch"].reshape(n, *post["stoch"].shape[2:]).detach()}
-        view = self.wm.one_hot  # imagined stoch is one-hot: first layers add the selected rows
+        traj, logits = self._imagine(start, noise)
+        dense_feat, actions = traj["feat"], traj["action"]  # [H+1, N, F], [H, N, A]
+        feat = self.wm.one_hot(dense_feat)  # imagined stoch is one-hot: first layers add the selected rows
+        with torch.no_grad():
+            rewards = self.wm.reward(feat[1:])  # [H, N]
+            continues = (self.wm.continue_head(feat[1:]).squeeze(-1) > 0).float()  # mode, as DreamerV3
+            weight = imagination_weights(1.0 - rows["is_terminal"].float(), continues, d.gamma)  # [H+1, N]
+        values, returns, advantage, value_out = self._values_and_returns(feat, rewards, continues, noise["heads"],
+                                                                          moments)
+        loss_actor, entropy = reinforce_loss(logits, actions, advantage, weight[:-1], d.actor_entropy)
+        actor_losses = {"actor": loss_actor}
+        term_metrics = {}
+        if self.actor_term is not None:
+            actor_losses[self.actor_term.name], term_metrics = self.actor_term.loss(logits[0], rows, term_inputs)
+        loss_critic, loss_slow = self._critic_losses(feat, returns, weight, noise["heads"], value_out)
+        metrics = {
+            "entropy_imag": entropy,
+            "return_scale": value_out["scale"],
+            "imag_return_mean": returns.mean(),
+            "imag_reward_mean": rewards.mean(),
+            "value_mean": values.mean(),
+            "advantage_abs_mean": advantage.abs().mean(),
+            "imag_weight_mean": weight.mean(),
+            "loss_slow_reg": loss_slow.detach() / self.critic.net.members,
+            **term_metrics,
+        }
+        critic_losses_ = {"critic": loss_critic, "slow_reg": loss_slow}
+        side = {"moments": value_out["moments"], "start": start,
+                "internals": {"feat": dense_feat, "actions": actions, "returns": returns, "values": values,
+                              "weight": weight},
+                "actor_total": combine_losses(actor_losses, self.loss_scales),
+                "critic_total": combine_losses(critic_losses_, self.loss_scales)}
+        return actor_losses, critic_losses_, metrics, side
+
+    def _imagine(self, start: dict[str, Tensor], noise: dict[str, Tensor]) -> tuple[dict[str, Tensor], Tensor]:
+        """Roll the actor out for ``dreamer.horizon`` steps from ``start`` -> (trajectory, actor logits [H, N, A])."""
+        view = self.wm.one_hot
         actor_logits: list[Tensor] = []
 
         def policy(feat: Tensor, step: int) -> Tensor:
@@ -426,20 +451,17 @@ class DreamerAgent:
             actor_logits.append(logits)
             return F.one_hot((logits.detach() + noise["actor"][step]).argmax(-1), self.num_actions).float()
 
-        traj = self.wm.rssm.imagine(start, policy, d.horizon, noise=noise["stoch"])
-        dense_feat, actions = traj["feat"], traj["action"]  # [H+1, N, F], [H, N, A]
-        feat = view(dense_feat)
-        logits = torch.stack(actor_logits)  # [H, N, A]
-        heads = self.critic.net.members
+        traj = self.wm.rssm.imagine(start, policy, self.cfg.dreamer.horizon, noise=noise["stoch"])
+        return traj, torch.stack(actor_logits)
+
+    def _values_and_returns(self, feat, rewards: Tensor, continues: Tensor, head_weight: Tensor,
+                            moments: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor, Tensor, dict]:
+        """The critic on the imagined states -> (values [H+1, N], lambda-returns [H, N], normalised advantages
+        [H, N], and what the critic losses reuse: value logits, own rows, slow values, scale, new moments)."""
+        d = self.cfg.dreamer
         with torch.no_grad():
-            rewards = self.wm.reward(feat[1:])  # [H, N]
-            continues = (self.wm.continue_head(feat[1:]).squeeze(-1) > 0).float()  # mode, as DreamerV3
-            first_cont = 1.0 - data["is_terminal"].reshape(n).float()
-            weight = imagination_weights(first_cont, continues, d.gamma)  # [H+1, N]
             # [k, H, N]; with the heads on their own rows, the slow copy is read on those rows only
             slow_values = None if self._critic_on_rows else self.slow_critic.values(feat[:-1])
-
-        head_weight = noise["heads"]  # [K, N]
         # bootstrapped separate heads train on their own rows only (same losses at a fraction of the
         # backward); the returns still bootstrap from every head on every state, without a graph
         rows = own_rows(head_weight) if self._critic_on_rows else None
@@ -455,65 +477,34 @@ class DreamerAgent:
             low, high = ema_percentiles(*moments, returns, d.retnorm_decay, d.retnorm_low, d.retnorm_high)
             scale = return_scale(low, high)
             advantage = (returns - values[:-1]) / scale  # [H, N]
+        return values, returns, advantage, {"logits": value_logits, "rows": rows, "slow": slow_values,
+                                            "scale": scale, "moments": (low, high)}
 
-        prior_logits = data["llm_prior_logits"].reshape(n, -1)
-        mask = data["llm_mask"].reshape(n)
-        loss_actor, entropy = reinforce_loss(logits, actions, advantage, weight[:-1], d.actor_entropy)
-        loss_prior, kl_mix_wm = self.prior.absorption(logits[0], prior_logits, mask, data["llm_beta"].reshape(n),
-                                                      prior_in)
+    def _critic_losses(self, feat, returns: Tensor, weight: Tensor, head_weight: Tensor,
+                       value_out: dict) -> tuple[Tensor, Tensor]:
+        """(critic loss, slow-critic regulariser) of every head, on every row or on its own rows."""
+        rows, value_logits = value_out["rows"], value_out["logits"]
         if rows is None:
-            loss_critic, loss_slow = critic_losses(value_logits[:, :-1], returns, slow_values, weight[:-1],
-                                                   self.wm.bins, head_weight, fused=True)
-        else:
-            index, row_weight = rows  # [K, M] each
-            per_head = lambda x: x[:, index].permute(1, 0, 2)  # noqa: E731  [H, N] -> [K, H, M]
-            with torch.no_grad():
-                slow_rows = twohot_decode(self.slow_critic.net.forward_rows(feat[:-1], index), self.wm.bins)
-            loss_critic, loss_slow = critic_losses_on_rows(
-                value_logits[:, :-1], per_head(returns), slow_rows,
-                per_head(weight[:-1]) * row_weight[:, None, :], self.wm.bins, returns.numel())
-
-        metrics = {
-            "entropy_imag": entropy,
-            "return_scale": scale,
-            "imag_return_mean": returns.mean(),
-            "imag_reward_mean": rewards.mean(),
-            "value_mean": values.mean(),
-            "advantage_abs_mean": advantage.abs().mean(),
-            "imag_weight_mean": weight.mean(),
-            "loss_slow_reg": loss_slow.detach() / heads,
-            "kl_mix_wm": kl_mix_wm,
-            "prior_loss": loss_prior.detach(),
-            "prior_mask_frac_train": (mask > 0).float().mean(),
-        }
-        actor_losses = {"actor": loss_actor, "prior": loss_prior}
-        critic_losses_ = {"critic": loss_critic, "slow_reg": loss_slow}
-        side = {"moments": (low, high), "start": start, "prior_logits": prior_logits, "mask": mask,
-                "codes": data["llm_source"].reshape(n),
-                "internals": {"feat": dense_feat, "actions": actions, "returns": returns, "values": values,
-                              "weight": weight},
-                "actor_total": combine_losses(actor_losses, self.loss_scales),
-                "critic_total": combine_losses(critic_losses_, self.loss_scales)}
-        return actor_losses, critic_losses_, metrics, side
-
-    def _prior_inputs(self, data: dict) -> dict[str, Tensor]:
-        """The prior layer's state the actor-loss term reads, for the imagination starts of ``data``."""
-        b, t = data["action"].shape
-        n = self._imagination_starts(b, t)
-        return self.prior.loss_inputs(data["llm_source"][:, t - n // b:].reshape(n), self.device)
+            return critic_losses(value_logits[:, :-1], returns, value_out["slow"], weight[:-1], self.wm.bins,
+                                 head_weight, fused=True)
+        index, row_weight = rows  # [K, M] each
+        per_head = lambda x: x[:, index].permute(1, 0, 2)  # noqa: E731  [H, N] -> [K, H, M]
+        with torch.no_grad():
+            slow_rows = twohot_decode(self.slow_critic.net.forward_rows(feat[:-1], index), self.wm.bins)
+        return critic_losses_on_rows(value_logits[:, :-1], per_head(returns), slow_rows,
+                                     per_head(weight[:-1]) * row_weight[:, None, :], self.wm.bins, returns.numel())
 
     def _finish_behaviour(self, metrics: dict[str, Tensor], side: dict) -> dict[str, float]:
-        """Host side of :meth:`_behaviour`: the new return moments, the prior layer's bookkeeping and advice
-        scores -> float metrics (one read of every metric)."""
+        """Host side of :meth:`_behaviour`: the new return moments and the actor term's bookkeeping -> float
+        metrics (one read of every metric)."""
         self.retnorm.low, self.retnorm.high = (v.clone() for v in side["moments"])  # outlive a graph replay
         out = read_scalars(metrics)
-        out["lambda_kl"] = self.prior.current_lambda()
-        out["prior_mask_frac_train"] = out.pop("prior_mask_frac_train") if side["mask"].numel() else 0.0
-        self.prior.record_loss(out["prior_loss"])
-        if self.prior.wants_advice_values():
-            out.update(self._score_advice(side["start"], side["prior_logits"], side["mask"], side["codes"],
-                                          out["return_scale"]))
+        if self.actor_term is not None:
+            self.actor_term.finish(out, side["start"])
         return out
+
+    def _term_inputs(self, rows: dict[str, Tensor]) -> dict[str, Tensor]:
+        return self.actor_term.inputs(rows) if self.actor_term is not None else {}
 
     def behaviour_losses(self, post: dict[str, Tensor], data: dict) -> tuple[dict, dict, dict, dict]:
         """Imagine from every posterior state and build the actor and critic losses (eager).
@@ -522,10 +513,12 @@ class DreamerAgent:
         """
         b, t = data["action"].shape
         noise = self._update_noise(b, t, observe=False)
+        rows = self._start_rows(data)
         with self._autocast():
-            actor_l, critic_l, metrics, side = self._behaviour(post, data, noise, self._prior_inputs(data),
+            actor_l, critic_l, metrics, side = self._behaviour(post, rows, noise, self._term_inputs(rows),
                                                                (self.retnorm.low, self.retnorm.high))
         return actor_l, critic_l, self._finish_behaviour(metrics, side), side["internals"]
+
     def _critic_on_own_rows(self, feat, head_weight: Tensor, index: Tensor) -> tuple[Tensor, Tensor]:
         """Each head on its own rows with a graph, on the others without: feat [H+1, N, ...], bootstrap
         weights [K, N], own rows [K, M] -> (own logits [K, H+1, M, bins], every head's values [K, H+1, N]).
@@ -543,37 +536,6 @@ class DreamerAgent:
             values.scatter_(2, spread(index), twohot_decode(own_logits.detach(), self.wm.bins))
         return own_logits, values
 
-    @torch.no_grad()
-    def advice_q_values(self, start: dict[str, Tensor], samples: int = 1) -> Tensor:
-        """One-step values ``Q(s, a) = r(s') + gamma * c(s') * V_k(s')`` of every action: states [M] -> [M, D, A].
-
-        ``samples`` imagined prior steps per (state, action) pair, each scored by every critic head
-        ``k``: ``D = samples * heads`` draws whose spread is the estimate's own uncertainty.
-        """
-        m, a = start["deter"].shape[0], self.num_actions
-        state = {k: v.repeat_interleave(a, 0) for k, v in start.items()}  # [M*A, ...], actions vary fastest
-        actions = torch.eye(a, device=self.device).repeat(m, 1)
-        draws = []
-        for _ in range(samples):
-            nxt, _ = self.wm.rssm.img_step(state, actions, self.generator)
-            feat = self.wm.rssm.features(nxt)
-            q = self.wm.reward(feat) + self.cfg.dreamer.gamma * self.wm.continue_prob(feat) * self.critic.values(feat)
-            draws.append(q.reshape(-1, m, a))  # [heads, M, A]
-        return torch.cat(draws, 0).permute(1, 0, 2)
-
-    def _score_advice(self, start: dict[str, Tensor], prior_logits: Tensor, mask: Tensor, codes: Tensor,
-                      scale: float) -> dict[str, float]:
-        """Score up to ``prior.trust_states`` advised start states and feed the prior layer's trust and T."""
-        rows = torch.nonzero(mask > 0).flatten()
-        if rows.numel() == 0:
-            return {}
-        limit = int(self.cfg.prior.trust_states)
-        if rows.numel() > limit:
-            pick = torch.randperm(rows.numel(), generator=self.generator, device=self.generator.device)[:limit]
-            rows = rows[pick.to(rows.device)]
-        q = self.advice_q_values({k: v[rows] for k, v in start.items()}, self.cfg.prior.advice_samples)
-        return self.prior.observe_advice_values(q / float(scale), prior_logits[rows], codes[rows])
-
     def train_step(self, batch) -> dict[str, float]:
         """One DreamerV3 update (world model, then actor and critic in imagination) -> flat metrics."""
         d = self.cfg.dreamer
@@ -585,9 +547,10 @@ class DreamerAgent:
         wm_total, wm_losses, post, wm_metrics = self._wm_losses_fn(data, noise["obs"])
         (grad_norm_wm,) = self._optimise([(self.wm_opt, wm_total, list(self.wm.parameters()), d.wm_clip)])
 
+        rows = self._start_rows(data)
         with self._autocast():
             actor_losses, critic_losses_, ac_tensors, side = self._behaviour_fn(
-                post, data, noise, self._prior_inputs(data), (self.retnorm.low, self.retnorm.high))
+                post, rows, noise, self._term_inputs(rows), (self.retnorm.low, self.retnorm.high))
         grad_norm_actor, grad_norm_critic = self._optimise([
             (self.actor_opt, side["actor_total"], list(self.actor.parameters()), d.ac_clip),
             (self.critic_opt, side["critic_total"], list(self.critic.parameters()), d.ac_clip)])
@@ -595,18 +558,15 @@ class DreamerAgent:
             ema_update_(self.slow_critic, self.critic, d.slow_critic_fraction)
         ac_metrics = self._finish_behaviour(ac_tensors, side)
 
-        kl_mix = ac_metrics.get("kl_mix_wm")
-        if kl_mix is not None and math.isfinite(kl_mix):
-            self.prior.update_lambda(kl_mix)
         if not self._scales_checked:
             check_scales_used(self.loss_scales, [*wm_losses, *actor_losses, *critic_losses_])
             self._scales_checked = True
         self.train_steps += 1
 
         scalars = {"wm_loss": wm_total, **{f"loss_{k}": v for k, v in wm_losses.items()}, **wm_metrics,
-                   "loss_actor": actor_losses["actor"], "loss_prior": actor_losses["prior"],
+                   **{f"loss_{k}": v for k, v in actor_losses.items()},
                    "loss_critic": critic_losses_["critic"] / self.critic.net.members}
-        metrics = {
+        return {
             **read_scalars(scalars),
             **ac_metrics,
             "grad_norm_wm": grad_norm_wm,
@@ -615,11 +575,6 @@ class DreamerAgent:
             "nonfinite_skips": float(self.nonfinite_skips),
             "nonfinite_skips_step": float(self.nonfinite_skips - skips_before),
         }
-        # The prior layer reports the act-time KL (advised states) as kl_mix_wm; this one is measured on
-        # replay states and is what the Lagrangian's dual ascent sees.
-        if "kl_mix_wm" in metrics:
-            metrics["kl_mix_wm_train"] = metrics.pop("kl_mix_wm")
-        return metrics
 
     # ------------------------------------------------------------------ checkpointing
 
@@ -633,18 +588,33 @@ class DreamerAgent:
             "actor_opt": self.actor_opt.state_dict(),
             "critic_opt": self.critic_opt.state_dict(),
             "retnorm": self.retnorm.state_dict(),
-            "prior": self.prior.state_dict(),
             "generator": self.generator.get_state(),
             "nonfinite_skips": self.nonfinite_skips,
             "train_steps": self.train_steps,
             "env_step": self.env_step,
         }
 
+    def upgrade_state(self, state: Mapping) -> dict:
+        """``state`` (from :meth:`state_dict`) with a world model saved with a one-step latent ensemble
+        (``wm.ensemble.*``) read as one without it: those parameters and their optimiser entries are dropped."""
+        wm = state.get("wm")
+        if not isinstance(wm, Mapping) or not any(k.startswith("ensemble.") for k in wm):
+            return dict(state)
+        names = [name for name, _ in self.wm.named_parameters()]
+        saved = [k for k in wm if k in set(names) or k.startswith("ensemble.")]  # the saved parameter order
+        new_index = {i: names.index(k) for i, k in enumerate(saved) if not k.startswith("ensemble.")}
+        opt = state["wm_opt"]
+        groups = [{**g, "params": [new_index[i] for i in g["params"] if i in new_index]} for g in opt["param_groups"]]
+        return {**state, "wm": {k: v for k, v in wm.items() if not k.startswith("ensemble.")},
+                "wm_opt": {"state": {new_index[i]: v for i, v in opt["state"].items() if i in new_index},
+                           "param_groups": groups}}
+
     def load_state_dict(self, state: Mapping) -> None:
         missing = [k for k in ("wm", "actor", "critic", "slow_critic", "wm_opt", "actor_opt", "critic_opt",
-                               "retnorm", "prior", "generator") if k not in state]
+                               "retnorm", "generator") if k not in state]
         if missing:
             raise KeyError(f"agent checkpoint lacks {missing}")
+        state = self.upgrade_state(state)
         self.wm.load_state_dict(state["wm"])
         self.actor.load_state_dict(state["actor"])
         self.critic.load_state_dict(state["critic"])
@@ -653,7 +623,6 @@ class DreamerAgent:
         self.actor_opt.load_state_dict(state["actor_opt"])
         self.critic_opt.load_state_dict(state["critic_opt"])
         self.retnorm.load_state_dict(state["retnorm"])
-        self.prior.load_state_dict(state["prior"])
         self.generator.set_state(state["generator"].cpu())
         self.nonfinite_skips = int(state.get("nonfinite_skips", 0))
         self.train_steps = int(state.get("train_steps", 0))
@@ -664,10 +633,3 @@ class DreamerAgent:
         yield from self.wm.parameters()
         yield from self.actor.parameters()
         yield from self.critic.parameters()
-
-
-def _sanitise_prior(prior_logits: Tensor, mask: Tensor) -> Tensor:
-    """Zero the prior logits where no prior applies and replace non-finite entries (a NaN
-    multiplied by a zero weight would still poison a loss)."""
-    prior_logits = torch.nan_to_num(prior_logits.float(), nan=0.0, posinf=0.0, neginf=-1e4)
-    return torch.where(mask.unsqueeze(-1) > 0, prior_logits, torch.zeros_like(prior_logits))

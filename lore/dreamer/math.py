@@ -261,29 +261,19 @@ class ReturnNormalizer:
 
 
 def build_loss_scales(cfg) -> dict[str, float]:
-    """LOSS_SCALES: the one table mapping every loss the agent computes to its weight.
-
-    ``cfg`` is a :class:`lore.config.RunConfig`. ``prior`` is the PriorLayer's actor term (its
-    own multiplier λ lives inside it); ``ensemble`` trains the disagreement predictors and
-    ``prior_net`` the distilled prior head (both behind stop-gradients, so their scale never
-    trades off against the world model).
-    """
+    """LOSS_SCALES: the one table mapping every DreamerV3 loss to its weight (``cfg``: a
+    :class:`lore.config.RunConfig`); an extension's loss brings its own entry (:class:`DreamerAgent`)."""
     d = cfg.dreamer
-    scales = {
+    return {
         "decoder": d.decoder_scale,
         "reward": d.reward_scale,
         "continue": d.continue_scale,
         "dyn": d.kl_dyn,
         "rep": d.kl_rep,
-        "ensemble": d.ensemble_scale,
         "actor": 1.0,
-        "prior": 1.0,
         "critic": 1.0,
         "slow_reg": d.slow_critic_reg,
     }
-    if cfg.distill.enabled:
-        scales["prior_net"] = cfg.distill.loss_scale
-    return scales
 
 
 def combine_losses(losses: Mapping[str, Tensor], scales: Mapping[str, float]) -> Tensor:

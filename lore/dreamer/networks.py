@@ -95,13 +95,6 @@ class OneHotFeatures:
         block.scatter_(-1, self.hot, 1.0)
         return torch.cat([self.dense, block], -1)
 
-    def append_group(self, one_hot: Tensor) -> OneHotFeatures | None:
-        """These features followed by one more exact one-hot group ``[..., A]`` (None if it is not one)."""
-        hot = one_hot_columns(one_hot.unsqueeze(-2))  # [..., 1]
-        if hot is None:
-            return None
-        return OneHotFeatures(self.dense, torch.cat([self.hot, hot + self.width], -1), self.width + one_hot.shape[-1])
-
 
 def one_hot_columns(groups: Tensor, tol: float = 1e-5) -> Tensor | None:
     """[..., G, C] groups -> hot column per group [..., G] (offset g*C), or None unless every group is one-hot.
@@ -367,7 +360,7 @@ class FeatureEncoder(nn.Module):
 
     def forward(self, features: Tensor, mask: Tensor) -> Tensor:  # [..., F], [...] -> [..., U]
         if features.shape[-1] != self.n_features:
-            raise ValueError(f"llm_features has {features.shape[-1]} features, features.n_features is {self.n_features}")
+            raise ValueError(f"features has {features.shape[-1]} features, features.n_features is {self.n_features}")
         features = torch.nan_to_num(features.float(), nan=0.0, posinf=0.0, neginf=0.0)
         return self.net(symlog(features)) * mask.float().unsqueeze(-1)
 

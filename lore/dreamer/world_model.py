@@ -1,9 +1,9 @@
-"""World model: encoder (+ late-fused LLM features) -> RSSM -> decoder / reward / continue heads,
-plus the stop-gradient side learners: the disagreement ensemble and the distilled PriorNet."""
+"""World model: encoder (+ late-fused features) -> RSSM -> decoder / reward / continue heads, plus an
+optional extra head trained on the stopped latent features (an extension point, see :mod:`lore.dreamer`)."""
 
 from __future__ import annotations
 
-import math
+from collections.abc import Callable
 
 import gymnasium
 import torch
@@ -26,33 +26,11 @@ from lore.dreamer.rssm import RSSM
 Tensor = torch.Tensor
 
 
-def disagreement(pred_logits: Tensor) -> Tensor:
-    """Ensemble disagreement [...] from member predictions [K, ..., S, C] of next-latent logits.
-
-    Variance of the predicted class probabilities across the K members, summed over classes and
-    averaged over latents (Plan2Explore's epistemic signal). Its range is [0, 1 - 1/min(K, C)]: the top is
-    reached when the members are each certain of a different class.
-    """
-    probs = torch.softmax(pred_logits, -1)
-    # explicit population variance: torch.var over a leading dim is several times slower on CPU
-    var = (probs - probs.mean(0)).square().mean(0)
-    return var.sum(-1).mean(-1)
-
-
-def masked_prior_kl(prior_logits: Tensor, student_logits: Tensor, mask: Tensor, confidence: Tensor) -> Tensor:
-    """Σ w·KL(ρ ‖ π_student) / Σ w with w = mask·confidence; 0 when no step carries a prior.
-
-    prior_logits, student_logits [N, A]; mask, confidence [N].
-    """
-    weight = mask.float() * confidence.float().clamp(min=0.0)
-    log_rho = torch.log_softmax(prior_logits, -1)
-    log_q = torch.log_softmax(student_logits, -1)
-    kl = (log_rho.exp() * (log_rho - log_q)).sum(-1)
-    return (weight * kl).sum() / weight.sum().clamp(min=1e-6)
-
-
 class WorldModel(nn.Module):
-    def __init__(self, obs_space: gymnasium.spaces.Dict, num_actions: int, cfg):
+    def __init__(self, obs_space: gymnasium.spaces.Dict, num_actions: int, cfg,
+                 head: Callable[[int], nn.Module] | None = None):
+        """``head(feat_dim)``, when given, builds a module with a ``name`` and ``loss(feat [N, F], data)``:
+        it is registered under that name and its loss, on the stopped features, joins the world-model loss."""
         super().__init__()
         m, d = cfg.model, cfg.dreamer
         self.num_actions = num_actions
@@ -68,11 +46,14 @@ class WorldModel(nn.Module):
         self.decoder = ObsDecoder(obs_space, feat, m.units, m.layers, m.cnn_depth)
         self.reward_head = MLP(feat, m.units, m.layers, out_dim=m.bins, out_scale=0.0)
         self.continue_head = MLP(feat, m.units, m.layers, out_dim=1)
-        # Plan2Explore one-step predictors: [deter, stoch, action] -> next stoch logits
-        self.ensemble = EnsembleMLP(m.ensemble, feat + num_actions, m.units, m.layers, m.stoch * m.classes)
-        self.train_ensemble = True
-        """Whether the update trains the ensemble (the agent turns it off where nothing reads disagreement)."""
-        self.prior_net = MLP(feat, m.units, m.layers, out_dim=num_actions) if cfg.distill.enabled else None
+        # the initial weights of a one-step latent ensemble (``model.ensemble`` members) are drawn and dropped:
+        # every initial weight drawn after them, and so every recorded run, depends on these draws
+        EnsembleMLP(m.ensemble, feat + num_actions, m.units, m.layers, m.stoch * m.classes)
+        self.head_name: str | None = None
+        if head is not None:
+            module = head(feat)
+            self.head_name = module.name
+            self.add_module(module.name, module)
         self.register_buffer("bins", make_bins(m.bins), persistent=False)
 
     @property
@@ -98,22 +79,6 @@ class WorldModel(nn.Module):
             return sampled_one_hot_features(feat.detach(), self.rssm.deter_dim, self.rssm.classes)
         return one_hot_features(feat, self.rssm.deter_dim, self.rssm.classes)
 
-    def predict_next_latent(self, feat: Tensor | OneHotFeatures, action: Tensor) -> Tensor:
-        """feat [..., F], one-hot action [..., A] -> member logits [K, ..., S, C]."""
-        x = feat.append_group(action) if isinstance(feat, OneHotFeatures) else None
-        if x is None:  # dense features, or an action that is not one-hot
-            x = torch.cat([feat.to_dense() if isinstance(feat, OneHotFeatures) else feat, action], -1)
-        out = self.ensemble(x)
-        return out.reshape(*out.shape[:-1], self.rssm.stoch_dim, self.rssm.classes)
-
-    def expected_disagreement(self, feat: Tensor, policy_probs: Tensor) -> Tensor:
-        """E_{a~π}[disagreement(s, a)] for feat [N, F], π [N, A] -> [N] (act-time signal)."""
-        n, a = policy_probs.shape
-        feats = feat[:, None].expand(n, a, feat.shape[-1])
-        actions = torch.eye(a, device=feat.device)[None].expand(n, a, a)
-        per_action = disagreement(self.predict_next_latent(feats, actions))  # [N, A]
-        return (policy_probs * per_action).sum(-1)
-
     def reward(self, feat: Tensor) -> Tensor:
         return twohot_decode(self.reward_head(feat), self.bins)
 
@@ -125,7 +90,8 @@ class WorldModel(nn.Module):
         """Unscaled losses (scalars), the posterior sequence and metrics (0-dim tensors) for one [B, T] batch.
 
         ``data``: ``obs`` dict, ``action`` [B, T] int (taken after obs t), ``reward`` [B, T] (received
-        on arriving at obs t), ``is_first``/``is_terminal`` [B, T] bool, ``llm_*`` tensors; ``noise`` [B, T, S, C]:
+        on arriving at obs t), ``is_first``/``is_terminal`` [B, T] bool, optionally ``features`` [B, T, F] and
+        ``features_mask`` [B, T] (late fusion) and the extra head's keys; ``noise`` [B, T, S, C]:
         the posterior samples' Gumbel noise (drawn from ``generator`` when not given).
         """
         action = F.one_hot(data["action"].long(), self.num_actions).float()  # [B, T, A]
@@ -135,7 +101,7 @@ class WorldModel(nn.Module):
         prev_actions = torch.cat([torch.zeros_like(action[:, :1]), action[:, :-1]], 1)
         reset = is_first.clone()
         reset[:, 0] = True
-        embed = self.embed(data["obs"], data.get("llm_features"), data.get("llm_features_mask"))
+        embed = self.embed(data["obs"], data.get("features"), data.get("features_mask"))
         post = self.rssm.observe(embed, prev_actions, reset, generator=generator, noise=noise)
         feat = torch.cat([post["deter"], post["stoch"].flatten(-2)], -1)  # [B, T, F]
 
@@ -148,28 +114,12 @@ class WorldModel(nn.Module):
         dyn_loss, rep_loss = free_bits_kl(dyn_kl, rep_kl, self.free_bits)
         losses["dyn"], losses["rep"] = dyn_loss.mean(), rep_loss.mean()
 
-        nan = feat.new_full((), math.nan)
         metrics = {
             "kl_dyn": dyn_kl.detach().mean(),
             "kl_rep": rep_kl.detach().mean(),
-            "loss_ensemble": nan,
-            "u_disagreement_train": nan,
             "post_entropy": -(post["post_logits"].detach().exp() * post["post_logits"].detach()).sum(-1).mean(),
         }
-        losses["ensemble"] = feat.new_zeros(())
-        if self.train_ensemble:
-            # disagreement ensemble: (s_t, a_t) -> posterior at t+1, where t+1 continues the episode
-            pred = self.predict_next_latent(self.one_hot(feat[:, :-1].detach()), action[:, :-1])  # [K, B, T-1, S, C]
-            target = post["post_logits"][:, 1:].detach().exp()
-            ce = -(target * torch.log_softmax(pred, -1)).sum((-2, -1))  # [K, B, T-1]
-            valid = (~is_first[:, 1:]).float()
-            per_member = (ce * valid).sum((1, 2)) / valid.sum().clamp(min=1.0)  # [K]
-            losses["ensemble"] = per_member.sum()  # each member trained as if alone
-            metrics["loss_ensemble"] = per_member.detach().mean()
-            metrics["u_disagreement_train"] = disagreement(pred.detach()).mean()
-        if self.prior_net is not None:
+        if self.head_name is not None:
             flat = feat.detach().reshape(-1, feat.shape[-1])
-            losses["prior_net"] = masked_prior_kl(
-                data["llm_prior_logits"].reshape(flat.shape[0], -1), self.prior_net(flat),
-                data["llm_mask"].reshape(-1), data["llm_confidence"].reshape(-1))
+            losses[self.head_name] = getattr(self, self.head_name).loss(flat, data)
         return losses, post, metrics

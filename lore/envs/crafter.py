@@ -340,3 +340,14 @@ class CrafterLoreEnv(LoreEnv):
         lines.append(f"Achievements this episode ({len(unlocked)}/{len(ACHIEVEMENTS)}): "
                      + (", ".join(unlocked) if unlocked else "none yet") + ".")
         return "\n".join(lines)
+
+
+def crafter_score(success_rates: np.ndarray) -> float:
+    """Crafter score in percent: exp(mean ln(1 + s_i)) - 1 with s_i the 22 achievement success
+    rates in percent (Hafner 2021). ``success_rates`` are rates in [0, 1]."""
+    rates = np.asarray(success_rates, dtype=float).ravel()
+    if rates.size == 0:
+        raise ValueError("crafter_score: no achievement rates")
+    if np.any((rates < 0) | (rates > 1)) or not np.all(np.isfinite(rates)):
+        raise ValueError("crafter_score: achievement success rates must be finite and in [0, 1]")
+    return float(np.exp(np.mean(np.log1p(100.0 * rates))) - 1.0)

@@ -3,7 +3,7 @@
 
 A security boundary, in three layers (``docs/sandbox.md`` has the threat model):
 
-1. a static check of the source (:func:`lore.sandbox.worker.check_source`): size limit,
+1. a static check of the source (:func:`lore.sandbox.checker.check_source`): size limit,
    an allow-list of syntax, only ``import math`` / ``import numpy`` (numpy through an allow-list of
    functions), no dunder names or ``_``-attributes, no ``eval``/``open``/``getattr``/``type``..., no
    attribute assignment, no classes, generators, ``global``, bare ``except``; at top level only
@@ -24,22 +24,22 @@ order the code wrote the keys; :attr:`FeatureResult.names` keeps them). Any fail
 ``ok=False`` with ``error = "<kind>: <message>"``, kind one of :data:`FAILURE_KINDS`. Code whose
 last ``max_consecutive_failures`` calls all failed (no observation ok) is disabled: later calls fail
 at once with ``disabled`` instead of paying its timeouts again.
+
+The parts: :mod:`lore.sandbox.process` starts, talks to and kills one worker process;
+:mod:`lore.sandbox.validation` checks its replies; :mod:`lore.sandbox.streaks` disables code that
+keeps failing. Here: the pool, splitting a batch across it under deadlines, and the result cache.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import math
 import os
 import pickle
 import select
-import shutil
 import signal
 import subprocess
-import sys
-import tempfile
 import threading
 import time
 import weakref
@@ -50,58 +50,19 @@ from pathlib import Path
 
 import numpy as np
 
-import lore.sandbox.worker as worker_module
-from lore.sandbox.worker import FAILURE_KINDS, FRAME_HEADER, check_source, clean_text
+from lore.sandbox.checker import check_source
+from lore.sandbox.process import SandboxError, WorkerProcess, describe_exit, shutdown
+from lore.sandbox.protocol import pack_observations, reply_cap
+from lore.sandbox.results import FAILURE_KINDS
+from lore.sandbox.streaks import FailureStreaks
+from lore.sandbox.validation import FeatureResult, feature_results, parse_reply
 
-__all__ = ["FAILURE_KINDS", "FeatureResult", "FeatureSandbox", "SandboxError", "code_id"]
+__all__ = ["FeatureSandbox", "code_id"]
 
 log = logging.getLogger(__name__)
 
 MAX_N_FEATURES = 4096
-_MIN_REPLY_CAP = 64 * 1024
-# Reply size cap: a float (<= 24 chars), a key (<= 4 UTF-8 bytes per character), JSON punctuation.
-_REPLY_BYTES_PER_FEATURE = 32 + 4 * worker_module.MAX_NAME_CHARS + 8
-_REPLY_BYTES_PER_OBS = 4 * worker_module.MAX_MESSAGE_CHARS + 64
 _CHECK_CACHE_SIZE = 256
-_STREAKS_SIZE = 1024
-_WORKER_FAILURE_KINDS = tuple(kind for kind in FAILURE_KINDS if kind != "disabled")  # "disabled" is ours
-_WORKER_FILE = worker_module.__file__
-
-# The worker is started with exactly this environment: nothing of the parent's (no API keys, no
-# proxies, no PYTHON* variables). One BLAS thread, C locale, a fixed hash seed so that iterating a
-# set of strings in feature code gives the same features in every worker.
-_WORKER_ENV = {
-    "LC_ALL": "C",
-    "OMP_NUM_THREADS": "1",
-    "OPENBLAS_NUM_THREADS": "1",
-    "MKL_NUM_THREADS": "1",
-    "PYTHONHASHSEED": "0",
-}
-# `-S` (no site: no .pth files run), `-s` (no user site), `-B` (no .pyc writes). Not `-I`/`-E`: they
-# would also ignore PYTHONHASHSEED, and the environment is ours entirely anyway. `-c` instead of a
-# script path keeps lore/sandbox/ off sys.path; the worker module is loaded by file path.
-_BOOTSTRAP = (
-    "import sys, json, importlib.util as u; c = json.loads(sys.argv[2]); "
-    "sys.path[:] = [p for p in sys.path if p] + c['sys_path']; "
-    "s = u.spec_from_file_location('lore_sandbox_worker', sys.argv[1]); m = u.module_from_spec(s); "
-    "s.loader.exec_module(m); m.main(sys.argv[2])"
-)
-
-
-class SandboxError(RuntimeError):
-    """The sandbox itself cannot work (a worker does not start); never raised for bad feature code."""
-
-
-@dataclass
-class FeatureResult:
-    features: np.ndarray
-    """float32 ``[n_features]``; zeros when ``ok`` is False."""
-    ok: bool
-    error: str | None
-    """``"<kind>: <short message>"``, kind in :data:`FAILURE_KINDS`; None when ok."""
-    code_id: str
-    names: tuple[str, ...] | None = None
-    """The keys, in order, when the code returned a dict."""
 
 
 def code_id(code: str) -> str:
@@ -111,221 +72,15 @@ def code_id(code: str) -> str:
     return hashlib.sha256(code.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
-# --------------------------------------------------------------------------- one worker process
-
-
-class _Worker:
-    """One sandboxed worker process and its pipes (parent side)."""
-
-    def __init__(self, config: dict, start_timeout_s: float) -> None:
-        self._config = config
-        self._start_timeout_s = start_timeout_s
-        self.proc: subprocess.Popen | None = None
-        self.root_dir: str | None = None
-        self.info: dict | None = None
-        self.cpu_s = 0.0
-        self._buffer = bytearray()
-        self._start_deadline = 0.0
-
-    # lifecycle -------------------------------------------------------------
-
-    def spawn(self) -> None:
-        """Start the process; the handshake is read later (:meth:`ensure_ready`)."""
-        self.root_dir = tempfile.mkdtemp(prefix="lore-sandbox-")
-        config = dict(self._config, root_dir=self.root_dir)
-        try:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-S", "-s", "-B", "-c", _BOOTSTRAP, _WORKER_FILE, json.dumps(config)],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                env=dict(_WORKER_ENV),
-                cwd=self.root_dir,
-                close_fds=True,
-                start_new_session=True,  # own process group: the parent kills the group
-            )
-        except OSError as e:
-            shutil.rmtree(self.root_dir, ignore_errors=True)
-            self.root_dir = None
-            raise SandboxError(f"cannot start a sandbox worker: {e}") from e
-        os.set_blocking(self.proc.stdin.fileno(), False)
-        self.info = None
-        self.cpu_s = 0.0
-        self._buffer.clear()
-        self._start_deadline = time.monotonic() + self._start_timeout_s
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def ensure_ready(self) -> None:
-        """Wait for the handshake; raises :class:`SandboxError` if the worker does not come up."""
-        if self.proc is None:
-            self.spawn()
-        if self.info is not None:
-            return
-        frame = self.read_frame(self._start_deadline, _MIN_REPLY_CAP)
-        if not isinstance(frame, bytes):
-            reason = {"timeout": f"no handshake within {self._start_timeout_s:g} s"}.get(frame, frame)
-            code = self.proc.poll() if self.proc else None
-            self.kill()
-            raise SandboxError(f"sandbox worker failed to start ({reason}; exit code {code})")
-        try:
-            info = json.loads(frame)
-        except ValueError as e:
-            self.kill()
-            raise SandboxError(f"sandbox worker sent a bad handshake: {e}") from e
-        if not isinstance(info, dict) or info.get("ready") is not True:
-            self.kill()
-            raise SandboxError(f"sandbox worker sent a bad handshake: {str(info)[:200]}")
-        self.info = info
-        for note in info.get("notes", []):
-            log.info("sandbox worker %s: %s", info.get("pid"), note)
-
-    def kill(self) -> None:
-        """SIGKILL the worker's process group, reap it, remove its directory."""
-        proc, self.proc = self.proc, None
-        if proc is not None:
-            _kill_process_group(proc)
-            for stream in (proc.stdin, proc.stdout):
-                try:
-                    stream.close()
-                except OSError:
-                    pass
-        if self.root_dir:
-            shutil.rmtree(self.root_dir, ignore_errors=True)
-            self.root_dir = None
-        self.info = None
-
-    # framed I/O ---------------------------------------------------------------
-
-    def send(self, payload: bytes, deadline: float) -> str | None:
-        """Write one frame before ``deadline``; None on success, else ``"timeout"`` / ``"closed"``."""
-        data = memoryview(FRAME_HEADER.pack(len(payload)) + payload)
-        fd = self.proc.stdin.fileno()
-        self._buffer.clear()  # nothing unread from an earlier request may pose as this reply
-        while data:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return "timeout"
-            _, writable, _ = select.select([], [fd], [], left)
-            if not writable:
-                continue
-            try:
-                written = os.write(fd, data)
-            except BlockingIOError:
-                continue
-            except (BrokenPipeError, OSError):
-                return "closed"
-            data = data[written:]
-        return None
-
-    def poll_frame(self, cap: int) -> bytes | str | None:
-        """Read what is available; a complete frame, None (not yet), or ``"closed"`` / ``"too_large"``."""
-        try:
-            chunk = os.read(self.proc.stdout.fileno(), 1 << 20)
-        except BlockingIOError:
-            return None
-        except OSError:
-            return "closed"
-        if not chunk:
-            return "closed"
-        self._buffer += chunk
-        if len(self._buffer) < FRAME_HEADER.size:
-            return None
-        (length,) = FRAME_HEADER.unpack_from(self._buffer)
-        if length > cap:
-            return "too_large"
-        end = FRAME_HEADER.size + length
-        if len(self._buffer) < end:
-            return None
-        frame = bytes(self._buffer[FRAME_HEADER.size:end])
-        del self._buffer[:end]
-        return frame
-
-    def read_frame(self, deadline: float, cap: int) -> bytes | str:
-        """Block until a frame arrives: the frame, or ``"timeout"`` / ``"closed"`` / ``"too_large"``."""
-        fd = self.proc.stdout.fileno()
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return "timeout"
-            readable, _, _ = select.select([fd], [], [], left)
-            if readable:
-                frame = self.poll_frame(cap)
-                if frame is not None:
-                    return frame
-
-
 @dataclass
 class _Job:
     """One worker's share of a batch."""
 
-    worker: _Worker
+    worker: WorkerProcess
     n: int
     deadline: float
     cap: int
     entries: list | None = None
-
-
-def _kill_process_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        proc.kill()
-    except OSError:
-        pass
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        log.warning("sandbox worker %d did not die after SIGKILL", proc.pid)
-
-
-def _shutdown(workers: list[_Worker], owner_pid: int) -> None:
-    if os.getpid() != owner_pid:
-        return  # a forked copy of the parent must not kill the original's workers
-    for w in workers:
-        w.kill()
-
-
-class _FailureStreaks:
-    """Per code id: calls in a row in which no observation came back ok; code that reaches ``limit``
-    is disabled, so a program that always times out stops costing its timeout on every call."""
-
-    def __init__(self, limit: int | None) -> None:
-        self.limit = limit
-        self._streaks: OrderedDict[str, int] = OrderedDict()
-        self.disabled: OrderedDict[str, str] = OrderedDict()  # code id -> why
-
-    def why_disabled(self, cid: str) -> str | None:
-        return self.disabled.get(cid)
-
-    def record(self, cid: str, results: list[FeatureResult]) -> bool:
-        """Count one call's results; True when this call disabled the code."""
-        counted = [r for r in results if r.ok or r.error.split(":", 1)[0] not in ("rejected", "disabled")]
-        if self.limit is None or not counted or cid in self.disabled:
-            return False
-        if any(r.ok for r in counted):
-            self._streaks.pop(cid, None)
-            return False
-        streak = self._streaks.pop(cid, 0) + 1
-        if streak < self.limit:
-            self._streaks[cid] = streak  # most recent last; the oldest is forgotten first
-            _trim(self._streaks, _STREAKS_SIZE)
-            return False
-        last = clean_text(counted[-1].error, worker_module.MAX_MESSAGE_CHARS)
-        self.disabled[cid] = f"feature code failed {streak} calls in a row (last: {last})"
-        _trim(self.disabled, _STREAKS_SIZE)
-        return True
-
-
-def _trim(table: OrderedDict, size: int) -> None:
-    while len(table) > size:
-        table.popitem(last=False)
-
-
-# --------------------------------------------------------------------------- the sandbox
 
 
 class FeatureSandbox:
@@ -390,14 +145,14 @@ class FeatureSandbox:
             "memory_mb": memory_mb,
             "cpu_lifetime_s": cpu_lifetime_s,
         }
-        self._workers = [_Worker(config, start_timeout_s) for _ in range(workers)]
+        self._workers = [WorkerProcess(config, start_timeout_s) for _ in range(workers)]
         self._lock = threading.Lock()
         self._closed = False
         self._check_cache: OrderedDict[str, str | None] = OrderedDict()
-        self._streaks = _FailureStreaks(max_consecutive_failures)
+        self._streaks = FailureStreaks(max_consecutive_failures)
         self._counters = {"calls": 0, "ok": 0, "failures": 0, **{f"failures_{k}": 0 for k in FAILURE_KINDS},
                           "worker_starts": 0, "worker_kills": 0, "codes_disabled": 0, "cache_hits": 0}
-        self._finalizer = weakref.finalize(self, _shutdown, self._workers, os.getpid())
+        self._finalizer = weakref.finalize(self, shutdown, self._workers, os.getpid())
 
     @classmethod
     def from_config(cls, features_cfg) -> FeatureSandbox:
@@ -521,7 +276,7 @@ class FeatureSandbox:
             self._check_cache.popitem(last=False)
         return error
 
-    def _ready(self, w: _Worker, budget_s: float = 0.0) -> None:
+    def _ready(self, w: WorkerProcess, budget_s: float = 0.0) -> None:
         """Make ``w`` a live, handshaken worker, restarting it if it died or if ``budget_s`` more CPU
         seconds could take it past its lifetime RLIMIT_CPU."""
         aged = w.cpu_s + min(budget_s, self.cpu_lifetime_s / 2) > self.cpu_lifetime_s - 5
@@ -545,13 +300,12 @@ class FeatureSandbox:
         jobs: list[_Job] = []
         for w, lo, hi in zip(self._workers, bounds[:-1], bounds[1:], strict=False):
             self._ready(w, (hi - lo) * self.timeout_s)
-            request = {"code_id": cid, "source": code, "obs": _pack(observations[lo:hi]),
+            request = {"code_id": cid, "source": code, "obs": pack_observations(observations[lo:hi]),
                        "n_features": self.n_features, "timeout_s": self.timeout_s}
             payload = pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL)
             # The deadline starts after the handshake: a cold start does not eat into the code's time.
             deadline = time.monotonic() + (hi - lo) * self.timeout_s + self.kill_grace_s
-            cap = _MIN_REPLY_CAP + (hi - lo) * (self.n_features * _REPLY_BYTES_PER_FEATURE + _REPLY_BYTES_PER_OBS)
-            job = _Job(w, hi - lo, deadline, cap)
+            job = _Job(w, hi - lo, deadline, reply_cap(hi - lo, self.n_features))
             failure = w.send(payload, deadline)
             if failure:
                 job.entries = self._fail_worker(w, job.n, failure)
@@ -576,7 +330,7 @@ class FeatureSandbox:
                     job.entries = self._parse_reply(job.worker, job.n, frame)
         return [entry for job in jobs for entry in job.entries]
 
-    def _fail_worker(self, w: _Worker, n: int, why: str) -> list[list]:
+    def _fail_worker(self, w: WorkerProcess, n: int, why: str) -> list[list]:
         """Kill a worker that timed out / crashed / misbehaved; n failure entries for its share."""
         code = None
         if w.proc is not None and why == "closed":
@@ -592,49 +346,19 @@ class FeatureSandbox:
         elif why == "too_large":
             entry = ["output_too_large", "worker reply exceeded its size cap", None, None]
         else:
-            entry = ["worker_crashed", f"worker {why} ({_describe_exit(code)})", None, None]
+            entry = ["worker_crashed", f"worker {why} ({describe_exit(code)})", None, None]
         log.warning("sandbox worker killed: %s", entry[1])
         return [entry] * n
 
-    def _parse_reply(self, w: _Worker, n: int, frame: bytes | str) -> list[list]:
+    def _parse_reply(self, w: WorkerProcess, n: int, frame: bytes | str) -> list[list]:
         if isinstance(frame, str):
             return self._fail_worker(w, n, frame)
         try:
-            reply = json.loads(frame)
-            entries = reply["results"]
-            cpu = reply.get("cpu_s", 0.0)
-            if not isinstance(entries, list) or len(entries) != n or not isinstance(cpu, (int, float)):
-                raise ValueError("wrong number of results")
-            checked = [self._validate_entry(e) for e in entries]
+            checked, cpu = parse_reply(frame, n)
         except (ValueError, KeyError, TypeError) as e:
             return self._fail_worker(w, n, f"sent a malformed reply: {str(e)[:80]}")
         w.cpu_s = float(cpu)
         return checked
-
-    def _validate_entry(self, entry) -> list:
-        """Structure check of one untrusted result entry (raises ValueError when malformed)."""
-        if not (isinstance(entry, list) and len(entry) == 4):
-            raise ValueError("result entry is not a 4-list")
-        kind, message, values, names = entry
-        if kind != "ok" and kind not in _WORKER_FAILURE_KINDS or not isinstance(message, str):
-            raise ValueError(f"unknown result kind {str(kind)[:20]!r}")
-        if kind != "ok":
-            values = names = None
-        else:
-            if not isinstance(values, list):
-                raise ValueError("ok result without a list of numbers")
-            try:
-                values = np.asarray(values, dtype=np.float64)  # [n_values]
-            except (TypeError, ValueError, OverflowError) as e:
-                raise ValueError("ok result without a list of numbers") from e
-            if values.ndim != 1:
-                raise ValueError("ok result values are not a flat list")
-            if names is not None and not (isinstance(names, list) and len(names) == len(values)
-                                          and all(isinstance(s, str) for s in names)):
-                raise ValueError("malformed names")
-        if names is not None:
-            names = [clean_text(name, worker_module.MAX_NAME_CHARS) for name in names]
-        return [kind, clean_text(message, worker_module.MAX_MESSAGE_CHARS), values, names]
 
     def _run_cached(self, cid: str, code: str, observations: list[dict]) -> list[FeatureResult]:
         """Results of the cached observations from the cache, the others from the workers."""
@@ -656,29 +380,8 @@ class FeatureSandbox:
         return [FeatureResult(r.features.copy(), r.ok, r.error, r.code_id, r.names) for r in results]
 
     def _finish(self, entries: list[list], cid: str) -> list[FeatureResult]:
-        """Validated entries -> FeatureResults: length, finiteness, clipping (layer 3), whole batch at once."""
-        n, f = len(entries), self.n_features
-        matrix = np.zeros((n, f), np.float64)  # [n, F]; rows of failed entries stay zero
-        errors: list[str | None] = [None] * n
-        for i, (kind, message, values, _) in enumerate(entries):
-            if kind != "ok":
-                errors[i] = f"{kind}: {message}"
-            elif len(values) != f:
-                errors[i] = f"wrong_length: {len(values)} values, expected {f}"
-            else:
-                matrix[i] = values
-        finite, features = finite_and_clipped(matrix, self.clip)  # [n], [n, F] float32
-        results = []
-        for i, (_, _, _, names) in enumerate(entries):
-            if errors[i] is None and not finite[i]:
-                bad = int(np.flatnonzero(~np.isfinite(matrix[i]))[0])
-                label = names[bad] if names else f"feature {bad}"
-                errors[i] = f"nonfinite: {label} is {matrix[i, bad]}"
-            if errors[i] is None:
-                results.append(FeatureResult(features[i], True, None, cid, tuple(names) if names else None))
-            else:
-                results.append(FeatureResult(np.zeros(f, np.float32), False, errors[i], cid))
-        return results
+        """Validated entries -> FeatureResults: length, finiteness, clipping (layer 3)."""
+        return feature_results(entries, cid, self.n_features, self.clip)
 
     def _count(self, results: list[FeatureResult]) -> None:
         c = self._counters
@@ -691,17 +394,6 @@ class FeatureSandbox:
                 c["failures_" + r.error.split(":", 1)[0]] += 1
 
 
-# --------------------------------------------------------------------------- helpers
-
-
-def finite_and_clipped(values: np.ndarray, clip: float) -> tuple[np.ndarray, np.ndarray]:
-    """``values [n, F]`` float64 -> (row is all finite ``[n]`` bool, values clipped to ±clip ``[n, F]``
-    float32). Clipping comes after the finiteness check, so inf is a failure, not ``clip``."""
-    finite = np.isfinite(values).all(axis=1)  # [n]
-    clipped = np.clip(np.nan_to_num(values), -clip, clip).astype(np.float32)  # [n, F]
-    return finite, clipped
-
-
 def _require(condition: bool, message: str, value) -> None:
     if not condition:
         raise ValueError(f"FeatureSandbox: {message}, got {value!r}")
@@ -709,29 +401,6 @@ def _require(condition: bool, message: str, value) -> None:
 
 def _positive_finite(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
-
-
-def _describe_exit(code: int | None) -> str:
-    if code is None:
-        return "still running"
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit status {code}"
-
-
-def _pack(observations: list[dict]) -> dict:
-    """Observations with one layout (same keys, shapes, dtypes) travel as one stacked array per key:
-    pickling a few arrays instead of thousands is most of the cost of a batch."""
-    first = observations[0]
-    layout = [(k, v.shape, v.dtype) for k, v in first.items()]
-    if all(len(obs) == len(layout) and all(k in obs and obs[k].shape == shape and obs[k].dtype == dtype
-                                           for k, shape, dtype in layout) for obs in observations):
-        return {"stacked": {k: np.stack([obs[k] for obs in observations]) for k in first},  # [n, ...]
-                "n": len(observations)}
-    return {"list": observations}
 
 
 def _observation_digest(obs: dict) -> bytes:

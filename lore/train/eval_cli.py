@@ -25,7 +25,7 @@ written, and the persistent LLM cache is neither read nor written (its content w
 numbers depend on history). The only file written in the run directory is the output.
 
 ``--with-prior`` mixes the LLM prior in as at act time in training, through the same
-:class:`~lore.train.llm_bridge.LLMBridge` and controller (fresh: full budget, no remembered
+:class:`~lore.method.advisor.LLMBridge` and controller (fresh: full budget, no remembered
 answers), with the run's backend (``scripted`` works offline) and its advice trust and
 temperature from the checkpoint; training-only randomisation is off (beta dropout, control
 episodes, temperature refits), so every step may use the advice. CEM planning is not applied.
@@ -72,28 +72,15 @@ def run_eval(opts: EvalOptions) -> dict:
     Bad input raises :class:`~lore.config.ConfigError` (or ``CheckpointError`` / ``LLMConfigError``)
     before anything is written.
     """
-    from lore.train.checkpoint import CheckpointError, load_checkpoint
+    from lore.train.checkpoint import CheckpointError
     from lore.train.records import CsvTable
-    from lore.train.trainer import CHECKPOINT, checkpoint_mismatch, resolve_device
+    from lore.train.run_dir import resolve_device
 
     run_dir = Path(opts.run_dir)
-    if not run_dir.is_dir():
-        raise ConfigError(f"run directory {run_dir} does not exist")
-    cfg_path, ckpt_path = run_dir / "config.yaml", run_dir / CHECKPOINT
-    for path in (cfg_path, ckpt_path):
-        if not path.is_file():
-            raise ConfigError(f"{path} not found: {run_dir} is not a run directory with a checkpoint yet")
-    check_options(opts, run_dir)
-    cfg = config_from_saved(cfg_path)
+    cfg, payload, (cfg_path, ckpt_path) = _read_run(opts, run_dir)
     seed = cfg.seed if opts.seed is None else int(opts.seed)
     episodes = cfg.eval.episodes if opts.episodes is None else int(opts.episodes)
     device = resolve_device(opts.device or cfg.device)
-    if opts.with_prior:
-        _check_prior_possible(cfg)
-    payload = load_checkpoint(ckpt_path)
-    mismatch = checkpoint_mismatch(payload, cfg)
-    if mismatch:
-        raise CheckpointError(f"checkpoint {ckpt_path} does not fit {cfg_path}: {mismatch}")
 
     env, run_env = _make_eval_env(cfg, opts.env, seed)
     # Episodes side by side as in training (the draws depend on the wave size); the prior's LLM bridge
@@ -128,25 +115,7 @@ def run_eval(opts: EvalOptions) -> dict:
 
     session = _PriorSession(bridge, env_step) if opts.with_prior else None
     usage = _Usage()
-
-    def on_reset(k, env_, obs):
-        if session is not None:
-            session.on_reset()
-        if frames is not None:
-            frames.on_reset(k, env_, obs)
-
-    def on_act(out_, actions):
-        usage.on_act(out_)
-        if session is not None:
-            session.after_act(out_, actions)
-
-    def on_step(k, env_, action, obs, reward, done):
-        usage.actions[int(action)] += 1  # envs still in their episode only (a finished one idles)
-        if session is not None:
-            session.on_step(action, reward, done)
-        if frames is not None:
-            frames.on_step(k, env_, obs, done)
-
+    on_reset, on_act, on_step = _hooks(session, frames, usage)
     from lore.train.evaluate import evaluate_policy
 
     try:
@@ -172,6 +141,53 @@ def run_eval(opts: EvalOptions) -> dict:
     table.append(row)
     table.flush()
     return {**row, "out": str(out), "action_counts": dict(usage.actions)}
+
+
+def _read_run(opts: EvalOptions, run_dir: Path) -> tuple[RunConfig, dict, tuple[Path, Path]]:
+    """The run's config and checkpoint, checked against each other and the options -> (config, checkpoint
+    payload, (config path, checkpoint path)); ConfigError or CheckpointError before anything is written."""
+    from lore.train.checkpoint import CheckpointError, load_checkpoint
+    from lore.train.run_dir import CHECKPOINT, checkpoint_mismatch
+
+    if not run_dir.is_dir():
+        raise ConfigError(f"run directory {run_dir} does not exist")
+    cfg_path, ckpt_path = run_dir / "config.yaml", run_dir / CHECKPOINT
+    for path in (cfg_path, ckpt_path):
+        if not path.is_file():
+            raise ConfigError(f"{path} not found: {run_dir} is not a run directory with a checkpoint yet")
+    check_options(opts, run_dir)
+    cfg = config_from_saved(cfg_path)
+    if opts.with_prior:
+        _check_prior_possible(cfg)
+    payload = load_checkpoint(ckpt_path)
+    mismatch = checkpoint_mismatch(payload, cfg)
+    if mismatch:
+        raise CheckpointError(f"checkpoint {ckpt_path} does not fit {cfg_path}: {mismatch}")
+    return cfg, payload, (cfg_path, ckpt_path)
+
+
+def _hooks(session, frames, usage):
+    """``evaluate_policy``'s (on_reset, on_act, on_step): the prior session, the frame writer, the usage."""
+
+    def on_reset(k, env_, obs):
+        if session is not None:
+            session.on_reset()
+        if frames is not None:
+            frames.on_reset(k, env_, obs)
+
+    def on_act(out_, actions):
+        usage.on_act(out_)
+        if session is not None:
+            session.after_act(out_, actions)
+
+    def on_step(k, env_, action, obs, reward, done):
+        usage.actions[int(action)] += 1  # envs still in their episode only (a finished one idles)
+        if session is not None:
+            session.on_step(action, reward, done)
+        if frames is not None:
+            frames.on_step(k, env_, obs, done)
+
+    return on_reset, on_act, on_step
 
 
 # --------------------------------------------------------------------------- checks
@@ -272,11 +288,11 @@ def _prior_eval_config(cfg: RunConfig) -> RunConfig:
 
 
 def _load_agent(cfg: RunConfig, env, payload: dict, device: torch.device, with_prior: bool):
-    from lore.dreamer.agent import DreamerAgent
+    from lore.method import LoReAgent
     from lore.train.checkpoint import CheckpointError, agent_mismatch
 
-    agent = DreamerAgent(env.observation_space, int(env.action_space.n), cfg, device)
-    state = payload["agent"]
+    agent = LoReAgent(env.observation_space, int(env.action_space.n), cfg, device)
+    state = agent.upgrade_state(payload["agent"])
     mismatch = agent_mismatch(agent.state_dict(), state)
     if mismatch:
         raise CheckpointError(mismatch)
@@ -296,7 +312,7 @@ def _make_bridge(cfg: RunConfig, env, agent, saved: dict | None, with_prior: boo
     """
     from lore.envs.vector import VectorEnv
     from lore.llm.backends import REMOTE_BACKENDS, longest_call_s
-    from lore.train.llm_bridge import LLMBridge
+    from lore.method.advisor import LLMBridge
 
     llm = dataclasses.replace(cfg.llm, cache_path=None, simulated_latency_ms=0.0)
     if not with_prior and llm.backend != "none":

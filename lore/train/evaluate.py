@@ -28,12 +28,12 @@ class PolicyAct:
 def crafter_score(rates_percent: list[float]) -> float:
     """Crafter score: exp(mean ln(1 + s_i)) - 1 over achievement success rates in percent.
 
-    The formula itself lives in :func:`lore.analysis.stats.crafter_score` (rates in [0, 1]): the
+    The formula itself lives in :func:`lore.envs.crafter.crafter_score` (rates in [0, 1]): the
     ``crafter_score`` column of ``eval.csv`` and the one of the statistics tables are the same function.
     """
     if not rates_percent:
         return float("nan")
-    from lore.analysis.stats import crafter_score as score_from_rates
+    from lore.envs.crafter import crafter_score as score_from_rates
 
     return score_from_rates(np.asarray(rates_percent, dtype=np.float64) / 100.0)
 
@@ -55,7 +55,7 @@ def evaluate_policy(agent, env, cfg: RunConfig, device: torch.device, eval_index
     the env step the agent acts at (the prior's beta schedule reads it), ``on_reset(k, env, obs)`` runs
     after episode ``k``'s reset, ``on_act(out, actions)`` after each batched act, and
     ``on_step(k, env, action, obs, reward, done)`` after each env step of episode ``k``, and ``consult`` is
-    passed to every :meth:`lore.dreamer.agent.Agent.act` (the LLM asked about the state being acted in).
+    passed to every :meth:`lore.method.agent.LoReAgent.act` (the LLM asked about the state being acted in).
     """
     envs = list(env) if isinstance(env, (list, tuple)) else [env]
     episodes = cfg.eval.episodes
@@ -64,7 +64,7 @@ def evaluate_policy(agent, env, cfg: RunConfig, device: torch.device, eval_index
     # Evaluation must leave training untouched: fork the global RNG, the agent's own generator
     # and the prior layer's running statistics, and restore them afterwards.
     generator_state = agent.generator.get_state() if getattr(agent, "generator", None) is not None else None
-    prior_state = copy.deepcopy(agent.prior.state_dict()) if hasattr(agent, "prior") else None
+    prior_state = copy.deepcopy(agent.prior_state()) if hasattr(agent, "prior_state") else None
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed * 7919 + eval_index)
         if generator_state is not None:
@@ -149,4 +149,4 @@ def _restore(agent, generator_state, prior_state) -> None:
     if generator_state is not None:
         agent.generator.set_state(generator_state)
     if prior_state is not None:
-        agent.prior.load_state_dict(prior_state)
+        agent.load_prior_state(prior_state)

@@ -25,9 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lore.config import ConfigError, RunConfig, config_from_saved, dotted, save_config, to_dict
-from lore.llm.ledger import LEDGER_NAME
-from lore.prior.trust import is_failure
+from lore.config import ConfigError, RunConfig, config_from_saved, save_config, to_dict
 from lore.train.checkpoint import (
     CheckpointError,
     agent_mismatch,
@@ -41,25 +39,28 @@ from lore.train.checkpoint import (
     set_rng_state,
     state_mismatch,
 )
+from lore.train.progress import eta_seconds, format_duration, log_points, training_rate
 from lore.train.random_policy import UniformRandomPolicy
 from lore.train.records import CsvTable, TensorBoard
 from lore.train.replay import SequenceReplay, space_row_spec
-from lore.train.status import eta_seconds, format_duration, log_points, training_rate
+from lore.train.run_dir import (
+    CHECKPOINT,
+    DONE,
+    check_run_state,
+    check_same_config,
+    checkpoint_mismatch,
+    finished_summary,
+    preflight,
+    prepare_run_dir,
+    resolve_device,
+    resumable_checkpoint,
+)
 from lore.utils.io import (
-    LOCK_NAME,
     UnsafeFileError,
     atomic_write_text,
-    check_state_file,
-    expand_run_dir,
-    read_bounded,
     remove_stale_temporaries,
 )
 from lore.utils.provenance import code_version, run_provenance
-
-CHECKPOINT = "checkpoint.pt"
-DONE = "done"
-# Per-env LLM inputs at act time (see LLMBridge.inputs); stored in replay as ``llm_<key>``.
-LLM_INPUT_KEYS = ("prior_logits", "mask", "confidence", "features", "features_mask", "source")
 
 
 class Preempted(Exception):
@@ -68,14 +69,6 @@ class Preempted(Exception):
     def __init__(self, env_step: int):
         super().__init__(f"interrupted: checkpoint written at env step {env_step}; run again to resume")
         self.env_step = env_step
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("device: 'cuda' requested but no CUDA device is available")
-    return torch.device(name)
 
 
 def status_line(cfg: RunConfig, env_step: int, steps_per_s: float, eval_sr: float) -> str:
@@ -96,120 +89,6 @@ def plain_library_logs() -> None:
         logger.setLevel(logging.WARNING)
     for handler in logger.handlers:
         handler.setFormatter(logging.Formatter("%(asctime)s [%(name)s][%(levelname)s] %(message)s"))
-
-
-def prepare_run_dir(run_dir: Path) -> None:
-    """Create the run directory and prove it is writable before anything else happens."""
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        probe = run_dir / ".write_test"
-        probe.write_text("ok")
-        probe.unlink()
-    except OSError as e:
-        raise ConfigError(f"run directory {run_dir} is not writable ({e.strerror or e})") from e
-
-
-def preflight(cfg: RunConfig, run_dir: Path | None = None) -> None:
-    """What ``cfg`` needs from this machine, checked before the run directory is created so that bad input
-    leaves nothing behind: the device, the environment (built and reset once), and the files and the key the
-    LLM backend will open."""
-    resolve_device(cfg.device)
-    from lore.envs.factory import probe_env
-
-    try:
-        probe_env(cfg.env)
-    except ValueError as e:
-        raise ConfigError(f"env.name: {e}") from None
-    llm = cfg.llm
-    if llm.backend == "replay":
-        from lore.llm.backends import LLMConfigError, ReplayBackend
-
-        try:
-            ReplayBackend(llm.replay_ledger).close()
-        except (LLMConfigError, OSError, ValueError) as e:
-            raise ConfigError(f"llm.replay_ledger: {e}") from None
-    from lore.llm.backends import REMOTE_BACKENDS
-
-    if llm.backend in REMOTE_BACKENDS:
-        from lore.llm.secrets import API_KEY_ENV
-
-        if llm.backend == "gemini" and not os.environ.get(API_KEY_ENV, "").strip():
-            raise ConfigError(f"llm.backend: 'gemini' needs the {API_KEY_ENV} environment variable "
-                              f"(or use llm.backend=scripted, the offline advisor)")
-        from lore.llm.backends import LLMConfigError, check_endpoint
-
-        try:  # one model lookup: an endpoint that cannot answer fails here, not after the run
-            check_endpoint(llm)
-        except LLMConfigError as e:
-            raise ConfigError(str(e)) from None
-    cache_path = expand_run_dir(llm.cache_path, run_dir)
-    if llm.backend in ("scripted", *REMOTE_BACKENDS) and cache_path:
-        _check_creatable_file("llm.cache_path", cache_path)
-        from lore.llm.cache import check_cache
-
-        try:  # an existing cache is checked before the run writes anything
-            check_cache(cache_path)
-        except ValueError as e:
-            raise ConfigError(f"llm.cache_path: {e}") from None
-    if llm.backend in ("scripted", *REMOTE_BACKENDS) and getattr(llm, "shared_cache", None):
-        from lore.llm.cache import AdviceCache
-
-        try:  # read-only: opening it proves it is a readable answer cache and touches nothing
-            AdviceCache(llm.shared_cache, readonly=True).close()
-        except ValueError as e:
-            raise ConfigError(f"llm.shared_cache: {e}") from None
-
-
-def _check_creatable_file(key: str, path: str) -> None:
-    """``path`` is a writable file, or one that can be created (its parent folders included)."""
-    try:
-        target = Path(path)
-        if target.is_dir():
-            problem = "is a directory"
-        elif target.exists():
-            problem = "" if os.access(target, os.R_OK | os.W_OK) else "is not writable"
-        else:
-            parent = target.parent
-            while not parent.exists():
-                parent = parent.parent
-            problem = ("" if parent.is_dir() and os.access(parent, os.W_OK | os.X_OK)
-                       else f"cannot be created: {parent} is not a writable directory")
-    except (OSError, ValueError) as e:  # a NUL byte, a name too long
-        problem = f"is not a usable path ({e})"
-    if problem:
-        raise ConfigError(f"{key}: {path} {problem}")
-
-
-def check_same_config(saved: RunConfig, wanted: RunConfig, path: Path) -> None:
-    diff = config_difference(to_dict(saved), to_dict(wanted))
-    if diff:
-        raise ConfigError(f"{path} holds a run with a different config ({diff}); "
-                          f"use another --run-dir or delete this one")
-
-
-def config_difference(a: dict, b: dict) -> str:
-    """The keys in which two config dicts differ, as ``key: a -> b`` (the first five), or ``""``."""
-    a, b = dotted(a), dotted(b)
-    diff = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
-    shown = ", ".join(f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in diff[:5])
-    return shown + (" ..." if len(diff) > 5 else "")
-
-
-def checkpoint_mismatch(payload: dict, cfg: RunConfig) -> str:
-    """How the config a checkpoint was written with differs from ``cfg`` (``""`` when it does not)."""
-    saved = payload.get("config")
-    if not isinstance(saved, dict):
-        return "it does not record its config"
-    from lore.config import _from_dict, drop_retired
-    from lore.presets import resolve_model
-
-    try:  # read as a saved config.yaml is: retired keys dropped, keys added since at their defaults
-        recorded = _from_dict(RunConfig, drop_retired(saved))
-        recorded.model = resolve_model(recorded.model)
-    except (ConfigError, TypeError, ValueError) as e:
-        return f"the config it records is invalid ({e})"
-    diff = config_difference(to_dict(recorded), to_dict(cfg))
-    return f"it was written with another config ({diff})" if diff else ""
 
 
 def replay_capacity(cfg: RunConfig) -> int:
@@ -234,8 +113,8 @@ class EpisodeTracker:
 
 class Trainer:
     def __init__(self, cfg: RunConfig, run_dir: str | Path, show_progress: bool | None = None):
-        from lore.dreamer.agent import DreamerAgent
         from lore.envs import make_vector_env
+        from lore.method import LoReAgent
         from lore.train.evaluate import make_eval_envs
 
         self.cfg = cfg
@@ -258,7 +137,7 @@ class Trainer:
         self.num_envs = cfg.env.num_envs
         self.num_actions = int(self.envs.action_space.n)
         obs_space = self.envs.single_observation_space
-        self.agent = DreamerAgent(obs_space, self.num_actions, cfg, self.device)
+        self.agent = LoReAgent(obs_space, self.num_actions, cfg, self.device, envs=self.envs, run_dir=self.run_dir)
         self.random_policy = cfg.train.policy == "random"
         # what acts in evaluations: the agent, or the uniform-random baseline
         self.eval_policy = UniformRandomPolicy(self.num_actions, cfg.seed) if self.random_policy else self.agent
@@ -267,10 +146,6 @@ class Trainer:
         memmap_dir = str(self.run_dir / "replay_memmap") if cfg.train.replay_memmap else None
         self.replay = SequenceReplay(spec, self.num_envs, replay_capacity(cfg), cfg.train.batch_size,
                                      cfg.train.batch_length, memmap_dir=memmap_dir)
-
-        from lore.train.llm_bridge import LLMBridge
-
-        self.bridge = LLMBridge(cfg, self.run_dir, self.envs, self.agent)
 
         self.eval_table = CsvTable(self.run_dir / "eval.csv")
         self.episode_table = CsvTable(self.run_dir / "episodes.csv")
@@ -374,7 +249,7 @@ class Trainer:
         self.agent_state = self.agent.initial_state(self.num_envs)
         for i in range(self.num_envs):
             self.pending[i] = self._row(i, obs, reward=0.0, first=True, terminal=False, last=False)
-        self.bridge.on_reset(np.ones(self.num_envs, dtype=bool))
+        self.agent.begin(np.ones(self.num_envs, dtype=bool))
 
     def _row(self, i: int, obs: dict, reward: float, first: bool, terminal: bool, last: bool) -> dict:
         row = {f"obs.{k}": np.asarray(v[i]) for k, v in obs.items()}
@@ -384,39 +259,23 @@ class Trainer:
     def _collect_step(self) -> None:
         cfg = self.cfg
         prefill = self.random_policy or self.env_step < cfg.train.prefill  # both act at random
-        llm_in = self.bridge.inputs(self.env_step)
         obs_t = {k: torch.as_tensor(v, device=self.device) for k, v in self.obs.items()}
         first_t = torch.as_tensor(self.is_first, device=self.device)
-        llm_t = {k: torch.as_tensor(v, device=self.device) for k, v in llm_in.items()}
-        out = self.agent.act(obs_t, first_t, self.agent_state, llm_t, self.env_step, sample=True,
-                             consult=self.bridge.consult(self.env_step, prefill))
-        self.agent_state = out.state
-        if prefill:
-            actions = np.random.randint(0, self.num_actions, size=self.num_envs)
-            beta = np.zeros(self.num_envs, dtype=np.float32)
-        else:
-            actions = out.action.cpu().numpy()
-            actions = self.bridge.maybe_plan(self.env_step, out, actions)
-            beta = out.beta.float().cpu().numpy()
-            self._record_act(out, llm_in)
-        actions_t = torch.as_tensor(actions, device=self.device)
-        self.agent_state = self.agent.set_action(self.agent_state, actions_t) if hasattr(self.agent, "set_action") \
-            else self.agent_state
+        step = self.agent.explore(obs_t, first_t, self.agent_state, self.env_step, prefill)
+        self.agent_state = step.state
+        actions = step.actions
+        for k, v in step.metrics.items():
+            self.act_metrics.setdefault(k, []).append(v)
         for i in range(self.num_envs):
             row = self.pending[i]
             row["action"] = np.int64(actions[i])
-            row["llm_beta"] = np.float32(beta[i])
-            for key in LLM_INPUT_KEYS:
-                row[f"llm_{key}"] = llm_in[key][i]
+            row.update({key: values[i] for key, values in step.fields.items()})
             self.replay.add(i, row)
-        self.bridge.after_act(self.env_step, out, actions, beta, prefill)
 
         obs, reward, terminated, truncated, info = self.envs.step(actions)
         self.env_step += self.num_envs
         done = np.logical_or(terminated, truncated)
-        if not prefill:
-            failed = torch.as_tensor([is_failure(terminated[i], reward[i]) for i in range(self.num_envs)])
-            self.agent.prior.observe_steps(out.action_changed, torch.as_tensor(llm_in["source"]), failed)
+        episodes = []
         for i in range(self.num_envs):
             self.tracker.returns[i] += float(reward[i])
             self.tracker.lengths[i] += 1
@@ -426,33 +285,20 @@ class Trainer:
                 final_obs = info["final_obs"][i]
                 last = {k: np.asarray(v)[None] for k, v in final_obs.items()}
                 row = self._row(0, last, float(reward[i]), first=False, terminal=bool(terminated[i]), last=True)
-                row.update(action=np.int64(0), llm_beta=np.float32(0.0), **self.bridge.empty_llm_row())
+                row.update(action=np.int64(0), **self.agent.empty_fields())
                 self.replay.add(i, row)
-                self.episode_table.append({
-                    "env_step": self.env_step, "episode": self.episodes_done, "env_index": i,
-                    "return": self.tracker.returns[i], "length": self.tracker.lengths[i],
-                    "success": self.tracker.successes[i],
-                    **(self.agent.prior.episode_record(i) if self.agent.prior.cfg.enabled else {}),
-                })
-                self.episodes_done += 1
-                if self.env_step > self.cfg.train.prefill:  # prefill episodes act at random
-                    self.agent.prior.observe_episode(i, self.tracker.returns[i])
+                episodes.append((i, self.tracker.returns[i], self.tracker.lengths[i], self.tracker.successes[i]))
                 self.tracker.returns[i], self.tracker.lengths[i] = 0.0, 0
                 self.pending[i] = self._row(i, obs, 0.0, first=True, terminal=False, last=False)
             else:
                 self.pending[i] = self._row(i, obs, float(reward[i]), first=False, terminal=False, last=False)
+        records = self.agent.observe(self.env_step, actions, reward, terminated, done, [e[:2] for e in episodes])
+        for i, episode_return, length, success in episodes:
+            self.episode_table.append({"env_step": self.env_step, "episode": self.episodes_done, "env_index": i,
+                                       "return": episode_return, "length": length, "success": success, **records[i]})
+            self.episodes_done += 1
         self.obs = obs
         self.is_first = done.copy()
-        self.bridge.on_env_step(self.env_step, actions, reward, done)
-
-    def _record_act(self, out, llm_in: dict) -> None:
-        # beta and the u-signals are reported by the prior layer itself (PriorLayer.metrics).
-        values = {
-            "llm_action_changed_frac": out.action_changed.float().mean().item(),
-            "llm_prior_applied_frac": float(np.mean(llm_in["mask"])),
-        }
-        for k, v in values.items():
-            self.act_metrics.setdefault(k, []).append(v)
 
     def _update(self) -> None:
         t0 = time.perf_counter()
@@ -465,7 +311,6 @@ class Trainer:
         self.updates += 1
         for k, v in metrics.items():
             self.train_metrics.setdefault(k, []).append(float(v))
-        self.bridge.after_update(self.env_step, batch, self.updates)
         self.update_time += time.perf_counter() - t0
 
     # ------------------------------------------------------------------ evaluation
@@ -473,7 +318,7 @@ class Trainer:
         from lore.train.evaluate import evaluate_policy
 
         result = evaluate_policy(self.eval_policy, self.eval_envs, self.cfg, self.device, eval_index=len(self.eval_table.rows),
-                                 llm_inputs=self.bridge.eval_inputs,
+                                 llm_inputs=self.agent.eval_features,
                                  should_stop=lambda: self._stop_signal is not None)
         if result is None:  # preempted mid-evaluation: the checkpoint comes next, the eval is redone on resume
             return
@@ -491,8 +336,7 @@ class Trainer:
             for key, values in source.items():
                 finite = [v for v in values if math.isfinite(v)]
                 row[key] = float(np.mean(finite)) if finite else float("nan")
-        row.update(self.agent.prior.metrics() if hasattr(self.agent, "prior") else {})
-        row.update(self.bridge.metrics())
+        row.update(self.agent.metrics())
         row["steps_per_s"] = self.env_step / max(self.wall_time, 1e-9)
         row["update_ms"] = 1000.0 * self.update_time / max(self.updates, 1)
         row["update_time_frac"] = self.update_time / max(self.wall_time, 1e-9)
@@ -552,7 +396,7 @@ class Trainer:
             "obs": self.obs,
             "is_first": self.is_first,
             "pending": self.pending,
-            "bridge": self.bridge.state_dict(),
+            "bridge": self.agent.advisor_state(),
             "tables": {"eval": self.eval_table.state_dict(), "episodes": self.episode_table.state_dict(),
                        "metrics": self.metric_table.state_dict()},
             "rng": rng_state(),
@@ -566,6 +410,8 @@ class Trainer:
         if saved_cfg_path.exists():
             check_same_config(config_from_saved(saved_cfg_path), self.cfg, self.run_dir)
         initial = {k: v.cpu() for k, v in self.agent.initial_state(self.num_envs).items()}
+        if isinstance(payload.get("agent"), dict):
+            payload = {**payload, "agent": self.agent.upgrade_state(payload["agent"])}
         mismatch = (checkpoint_mismatch(payload, self.cfg)
                     or agent_mismatch(self.agent.state_dict(), payload["agent"])
                     or state_mismatch(initial, payload.get("agent_state"), "agent_state"))
@@ -607,11 +453,10 @@ class Trainer:
         names = [e.name for e in self.envs.envs] if isinstance(self.envs, VectorEnv) else None
         if names != [self.cfg.env.name] * self.num_envs:
             raise ValueError(f"its training envs are {names}, not {self.num_envs} x {self.cfg.env.name}")
-        self.bridge.envs = self.envs
         self.obs = payload["obs"]
         self.is_first = payload["is_first"]
         self.pending = payload["pending"]
-        self.bridge.load_state_dict(payload["bridge"])
+        self.agent.load_advisor_state(payload["bridge"], self.envs)
         self.eval_table.load_state_dict(payload["tables"]["eval"])
         self.episode_table.load_state_dict(payload["tables"]["episodes"])
         self.metric_table.load_state_dict(payload["tables"]["metrics"])
@@ -622,10 +467,10 @@ class Trainer:
             self._evaluate()
         elif not self.eval_table.rows:
             self._evaluate()
-        self.bridge.settle()  # before the final metrics row: it must count the LLM calls still in flight
+        self.agent.settle()  # before the final metrics row: it must count the LLM calls still in flight
         self._log()
         self._checkpoint()
-        self.bridge.close()
+        self.agent.close()
         last = self.eval_table.rows[-1]
         summary = {
             "env_step": self.env_step,
@@ -635,7 +480,7 @@ class Trainer:
             "cpu_s": round(self.cpu_time, 2),
             "final_success_rate": last["success_rate"],
             "final_return_mean": last["return_mean"],
-            **{k: v for k, v in self.bridge.metrics().items() if k.startswith("llm_calls")},
+            **self.agent.call_counts(),
             "provenance": {**run_provenance(torch.get_num_threads()), "code_versions": self.code_versions},
         }
         atomic_write_text(self.run_dir / DONE, json.dumps(summary, indent=2) + "\n")
@@ -658,78 +503,6 @@ class Trainer:
     def _restore_signal_handlers(old) -> None:
         for sig, h in old.items():
             signal.signal(sig, h)
-
-
-RUN_STATE_FILES = (LOCK_NAME, CHECKPOINT, DONE, "config.yaml", LEDGER_NAME, "metrics.csv", "eval.csv",
-                   "episodes.csv", "train.log")
-"""The files a run keeps in its directory and trusts on resume (besides its own answer cache)."""
-MAX_DONE_BYTES = 1 << 20
-"""A ``done`` summary is a few hundred bytes."""
-
-
-def check_run_state(cfg: RunConfig, run_dir: Path) -> None:
-    """Refuse (one-line :class:`ConfigError`, nothing written) a run directory whose state files
-    (:data:`RUN_STATE_FILES` and the run's own answer cache) are not regular files inside it: a symbolic
-    link out of it, a FIFO, a device or a folder in their place."""
-    if not run_dir.is_dir():
-        return
-    names = [run_dir / name for name in RUN_STATE_FILES]
-    cache = expand_run_dir(cfg.llm.cache_path, run_dir)
-    if cache and Path(cache).parent.resolve() == run_dir.resolve():
-        names.append(Path(cache))
-    for path in names:
-        try:
-            check_state_file(path, run_dir)
-        except UnsafeFileError as e:
-            reason = str(e).removeprefix(str(path)).strip()
-            if path.name == DONE:  # nothing computed is lost: the checkpoint resumes the run
-                reason = reason.replace("move it away", "delete it to resume the run from its checkpoint")
-            raise ConfigError(f"run directory {run_dir}: `{path.name}` {reason}") from None
-
-
-def read_done(path: Path) -> dict:
-    """The summary in a run's ``done`` marker; a clear error (nothing touched) if it is not one.
-
-    ``done`` is written last and atomically, so a bad one was edited or damaged outside ``lore``.
-    Deleting it lets the run resume from its checkpoint: nothing computed is lost.
-    """
-    hint = "delete it to resume the run from its checkpoint"
-    if not path.is_file():
-        raise ConfigError(f"run directory {path.parent}: `done` is not a file; {hint}")
-    try:
-        summary = json.loads(read_bounded(path, MAX_DONE_BYTES, directory=path.parent).decode("utf-8"))
-    except UnsafeFileError as e:
-        raise ConfigError(f"run directory {path.parent}: {e}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError, ValueError) as e:
-        raise ConfigError(f"run directory {path.parent}: `done` is not a valid run summary ({e}); {hint}") from None
-    if not isinstance(summary, dict):
-        raise ConfigError(f"run directory {path.parent}: `done` is not a valid run summary "
-                          f"(a JSON {type(summary).__name__}, expected an object); {hint}")
-    return summary
-
-
-def resumable_checkpoint(cfg: RunConfig, run_dir: Path) -> dict | None:
-    """The run's checkpoint (None if it has none), checked against ``cfg`` before anything is built."""
-    saved = run_dir / "config.yaml"
-    if saved.exists():
-        check_same_config(config_from_saved(saved), cfg, run_dir)
-    path = run_dir / CHECKPOINT
-    if not path.exists():
-        return None
-    payload = load_checkpoint(path)
-    mismatch = checkpoint_mismatch(payload, cfg)
-    if mismatch:
-        raise CheckpointError(f"checkpoint {path} does not fit the config of {run_dir}: {mismatch}")
-    return payload
-
-
-def finished_summary(cfg: RunConfig, run_dir: Path) -> dict:
-    """The ``done`` summary of a finished run if ``cfg`` is the config it finished with (else ConfigError)."""
-    summary = read_done(run_dir / DONE)
-    saved = run_dir / "config.yaml"
-    if saved.exists():
-        check_same_config(config_from_saved(saved), cfg, run_dir)
-    return {"already_done": True, **summary}
 
 
 def train(cfg: RunConfig, run_dir: str | Path, show_progress: bool | None = None) -> dict:

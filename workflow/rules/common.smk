@@ -159,15 +159,22 @@ def shared_cache(wildcards):
 # The code each analysis rule runs (its `python -m lore.analysis.cli <command>` and every lore module
 # that command imports), declared as inputs: editing it reruns the rule and what depends on it.
 # tests/test_workflow.py checks these lists against the modules the commands load.
+# the Crafter score is Crafter's (lore/envs/crafter.py), and importing it loads the envs package
+_ENVS_CODE = ["envs/base", "envs/crafter", "envs/factory", "envs/minigrid", "envs/vector"]
 _TABLES_CODE = ["analysis/cli", "analysis/aggregate", "analysis/runs", "analysis/stats", "analysis/settings",
-                "analysis/latex", "analysis/synthetic", "analysis/outputs", "utils/io", "ablations"]
+                "analysis/latex", "analysis/synthetic", "analysis/outputs", "utils/io", "ablations", *_ENVS_CODE]
+# lore.analysis.paper and the modules it assembles macros.tex from
+_PAPER_CODE = ["analysis/paper", "analysis/paper_macros", "analysis/paper_numbers", "analysis/paper_results",
+               "analysis/paper_method"]
+# the defaults the paper quotes come from lore.config, a package: every module of it
+_CONFIG_CODE = [f"config/{path.stem}" for path in sorted((REPO / "lore" / "config").glob("*.py"))]
 ANALYSIS_CODE = {
     "aggregate": _TABLES_CODE,
     "figures": _TABLES_CODE + ["analysis/figures"],
-    "paper_macros": _TABLES_CODE + ["analysis/figures", "analysis/paper", "config"],
+    "paper_macros": _TABLES_CODE + ["analysis/figures", *_PAPER_CODE, *_CONFIG_CODE],
     # paper-build only compiles the TeX, but loading lore.analysis.paper loads the table code too
-    "paper": ["analysis/cli", "analysis/paper", "analysis/aggregate", "analysis/latex", "analysis/runs",
-              "analysis/settings", "analysis/stats", "analysis/outputs", "utils/io"],
+    "paper": ["analysis/cli", *_PAPER_CODE, "analysis/aggregate", "analysis/latex", "analysis/runs",
+              "analysis/settings", "analysis/stats", "analysis/outputs", "utils/io", *_ENVS_CODE],
     "benchmark_report": _TABLES_CODE + ["analysis/benchmark_report"],
 }
 
@@ -207,19 +214,22 @@ def outputs_lines():
 
 
 # ---------------------------------------------------------------- declared experiments
-from lore.analysis import experiments as EXP
+from lore.analysis import archive as EXP_ARCHIVE
+from lore.analysis import experiment_declaration as EXP_DECL
+from lore.analysis import experiment_log as EXP_LOG
+from lore.analysis import experiment_plan as EXP_PLAN
 
 from lore.analysis import launch as EXP_LAUNCH
 
 try:
-    EXPERIMENTS = EXP.selected(config.get("experiment"))
-    _EXP_PAIRS = {name: EXP.run_dirs(EXP.load_declaration(name)) for name in EXPERIMENTS}
-    _EXP_STATES = {name: EXP_LAUNCH.run_states(EXP.load_declaration(name), _EXP_PAIRS[name])
+    EXPERIMENTS = EXP_PLAN.selected(config.get("experiment"))
+    _EXP_PAIRS = {name: EXP_PLAN.run_dirs(EXP_DECL.load_declaration(name)) for name in EXPERIMENTS}
+    _EXP_STATES = {name: EXP_LAUNCH.run_states(EXP_DECL.load_declaration(name), _EXP_PAIRS[name])
                    for name in EXPERIMENTS}
-except EXP.ExperimentError as e:
+except EXP_DECL.ExperimentError as e:
     raise WorkflowError(f"invalid experiment: {' '.join(str(e).split())}") from None
 
-EXP_RUNS_DIR = str(EXP.RESULTS_DIR / "runs")
+EXP_RUNS_DIR = str(EXP_PLAN.RESULTS_DIR / "runs")
 EXP_RUN_DIR = os.path.join(EXP_RUNS_DIR, "{env}", "{key}", "seed{seed}")
 # the runs this invocation may train: planned runs with no finished run of the same identity elsewhere
 EXP_TRAIN = {(run.env, run.key, run.seed): run for pairs in _EXP_PAIRS.values() for run, folder in pairs
@@ -244,24 +254,25 @@ def _experiment_ranks():
 
 EXP_RANKS = _experiment_ranks()
 if EXPERIMENTS and workflow.is_main_process:  # what the grid costs, dry runs included
-    _finished = list(EXP.index_archive(EXP.ARCHIVE_ROOT).values()) + list(EXP.index_runs(Path("results")).values())
+    _finished = (list(EXP_ARCHIVE.index_archive(EXP_ARCHIVE.ARCHIVE_ROOT).values())
+                 + list(EXP_PLAN.index_runs(Path("results")).values()))
     _times = EXP_LAUNCH.measured_times(_finished)
     for _name in EXPERIMENTS:
-        _summary = EXP_LAUNCH.cost_summary(EXP.load_declaration(_name), _EXP_STATES[_name], _times,
+        _summary = EXP_LAUNCH.cost_summary(EXP_DECL.load_declaration(_name), _EXP_STATES[_name], _times,
                                            workflow.cores if workflow._cores else 1)
         print(EXP_LAUNCH.cost_line(_summary), file=sys.stderr)
 
 
 def experiment_targets():
     """The comparison of every selected experiment and the log."""
-    outputs = [f"{EXP.RESULTS_DIR}/{name}/comparison.md" for name in EXPERIMENTS]
-    return outputs + ([str(EXP.LOG)] if EXPERIMENTS else [])
+    outputs = [f"{EXP_PLAN.RESULTS_DIR}/{name}/comparison.md" for name in EXPERIMENTS]
+    return outputs + ([str(EXP_LOG.LOG)] if EXPERIMENTS else [])
 
 
 def experiment_train_args(wildcards):
     """``lore train`` arguments of one planned experiment run."""
     run = EXP_TRAIN[(wildcards.env, wildcards.key, int(wildcards.seed))]
-    return quote_all(EXP.train_args(run, EXP_RUN_DIR.format(**wildcards)))
+    return quote_all(EXP_PLAN.train_args(run, EXP_RUN_DIR.format(**wildcards)))
 
 
 
@@ -272,9 +283,10 @@ def experiment_lines():
 
     lines = []
     for name in EXPERIMENTS:
-        record = json.loads((EXP.RESULTS_DIR / name / "verdict.json").read_text())
-        lines.append(f"lore: {name}: {record['verdict']} ({record['reason']}); {EXP.RESULTS_DIR / name}/comparison.md")
-    return lines + [f"lore: experiment log: {EXP.LOG}"]
+        record = json.loads((EXP_PLAN.RESULTS_DIR / name / "verdict.json").read_text())
+        lines.append(f"lore: {name}: {record['verdict']} ({record['reason']}); "
+                     f"{EXP_PLAN.RESULTS_DIR / name}/comparison.md")
+    return lines + [f"lore: experiment log: {EXP_LOG.LOG}"]
 
 
 def readme_headline_command(wildcards, output):

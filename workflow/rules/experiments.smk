@@ -15,7 +15,7 @@ for _rank, (_name, _seed, _keys) in enumerate(EXP_RANKS):
         output:
             done=os.path.join(EXP_RUN_DIR, "done"),
         log:
-            os.path.join(str(EXP.RESULTS_DIR), "logs", "{env}", "{key}", "seed{seed}.log"),
+            os.path.join(str(EXP_PLAN.RESULTS_DIR), "logs", "{env}", "{key}", "seed{seed}.log"),
         wildcard_constraints:
             key="|".join(_keys),
             seed=str(_seed),
@@ -23,7 +23,7 @@ for _rank, (_name, _seed, _keys) in enumerate(EXP_RANKS):
         params:
             run_dir=EXP_RUN_DIR,
             args=experiment_train_args,
-            archive=str(EXP.ARCHIVE_ROOT),
+            archive=str(EXP_ARCHIVE.ARCHIVE_ROOT),
         threads: 1
         resources:
             mem_mb=3000,
@@ -41,14 +41,14 @@ rule experiment_compare:
     input:
         lambda wildcards: [f"{folder}/done" for _, folder in _EXP_PAIRS[wildcards.name]],
     output:
-        md=f"{EXP.RESULTS_DIR}/{{name}}/comparison.md",
-        csv=f"{EXP.RESULTS_DIR}/{{name}}/comparison.csv",
-        arms=f"{EXP.RESULTS_DIR}/{{name}}/arms.csv",
-        figure=f"{EXP.RESULTS_DIR}/{{name}}/fig_success.png",
-        verdict=f"{EXP.RESULTS_DIR}/{{name}}/verdict.json",
-        record=f"{EXP.RECORDS_DIR}/{{name}}.json",
+        md=f"{EXP_PLAN.RESULTS_DIR}/{{name}}/comparison.md",
+        csv=f"{EXP_PLAN.RESULTS_DIR}/{{name}}/comparison.csv",
+        arms=f"{EXP_PLAN.RESULTS_DIR}/{{name}}/arms.csv",
+        figure=f"{EXP_PLAN.RESULTS_DIR}/{{name}}/fig_success.png",
+        verdict=f"{EXP_PLAN.RESULTS_DIR}/{{name}}/verdict.json",
+        record=f"{EXP_LOG.RECORDS_DIR}/{{name}}.json",
     log:
-        f"{EXP.RESULTS_DIR}/logs/{{name}}.compare.log",
+        f"{EXP_PLAN.RESULTS_DIR}/logs/{{name}}.compare.log",
     wildcard_constraints:
         name="[A-Za-z0-9_]+",
     conda:
@@ -59,11 +59,11 @@ rule experiment_compare:
 
 rule experiment_log:
     input:
-        records=[f"{EXP.RECORDS_DIR}/{name}.json" for name in EXPERIMENTS],
+        records=[f"{EXP_LOG.RECORDS_DIR}/{name}.json" for name in EXPERIMENTS],
     output:
-        str(EXP.LOG),
+        str(EXP_LOG.LOG),
     log:
-        f"{EXP.RESULTS_DIR}/logs/log.log",
+        f"{EXP_PLAN.RESULTS_DIR}/logs/log.log",
     conda:
         "../envs/lore.yaml"
     shell:

@@ -171,95 +171,120 @@ def _place_plan(view: CrafterView, action: str) -> list[str]:
     return [explore_move(view)]
 
 
-def crafter_good_plan(view: CrafterView) -> tuple[list[str], str]:
-    """(actions, subgoal) of the ladder heuristic; the first action is the advice."""
-    inv, done = view.inventory, view.achievements
-    costs = crafter_costs()
-    table_wood = costs["place_table"].get("wood", 1)
-    furnace_stone = costs["place_furnace"].get("stone", 1)
+Plan = tuple[list[str], str]
+"""(actions, subgoal): the first action is the advice."""
 
-    def go(targets: list[str], subgoal: str) -> tuple[list[str], str] | None:
-        path = path_to_adjacent(view, targets)
+
+class _Ladder:
+    """The ladder heuristic over one view, in the order it is consulted: survive, take the cheap
+    achievements, then climb the tool ladder. Each step returns a plan, or None to pass on."""
+
+    def __init__(self, view: CrafterView):
+        self.view, self.inv, self.done = view, view.inventory, view.achievements
+        self.costs = crafter_costs()
+
+    def go(self, targets: list[str], subgoal: str) -> Plan | None:
+        path = path_to_adjacent(self.view, targets)
         return (path, subgoal) if path else None
 
-    def wood_or_explore() -> tuple[list[str], str]:
-        return go(["tree"], "collect wood") or ([explore_move(view)], "explore to find trees")
+    def wood_or_explore(self) -> Plan:
+        return self.go(["tree"], "collect wood") or ([explore_move(self.view)], "explore to find trees")
 
-    # Survival first: fight an adjacent zombie (it hits hard, and defeat_zombie is an achievement).
-    for move, (dx, dy) in MOVES.items():
-        if view.at(dx, dy) == "zombie":
-            return ([] if view.facing == (dx, dy) else [move]) + ["do"], "defeat the zombie"
-    if inv.get("drink", 9) <= 3 and (step := go(["water"], "drink water")):
-        return step
-    if inv.get("food", 9) <= 3 and (step := go(["cow"], "eat a cow")):
-        return step
-    if inv.get("energy", 9) <= 1 and not view.visible("zombie"):
-        return ["sleep"], "sleep to restore energy"
-    # The cheap achievements first (each weighs as much in the Crafter score as a diamond): one sleep
-    # while nothing hostile is in view (waking up with energy restored unlocks wake_up) and a sapling
-    # from the grass, planted.
-    if not done.get("wake_up") and inv.get("energy", 9) < 9 and not view.visible("zombie", "skeleton"):
-        return ["sleep"], "sleep once to wake up rested"
-    if not done.get("place_plant"):
-        grass_ahead = view.at(*view.facing) == "grass"
-        if inv.get("sapling", 0) >= 1 and grass_ahead:
-            return ["place_plant"], "plant the sapling"
-        if not done.get("collect_sapling") or inv.get("sapling", 0) >= 1:
-            # 'do' on grass yields a sapling now and then; a step onto grass faces more grass
-            if grass_ahead and inv.get("sapling", 0) == 0:
-                return ["do"], "collect a sapling from the grass"
-            if step := go(["grass"], "find grass"):
-                return step
+    def survive(self) -> Plan | None:
+        """Fight an adjacent zombie (it hits hard, and defeat_zombie is an achievement), drink, eat, sleep."""
+        view, inv = self.view, self.inv
+        for move, (dx, dy) in MOVES.items():
+            if view.at(dx, dy) == "zombie":
+                return ([] if view.facing == (dx, dy) else [move]) + ["do"], "defeat the zombie"
+        if inv.get("drink", 9) <= 3 and (step := self.go(["water"], "drink water")):
+            return step
+        if inv.get("food", 9) <= 3 and (step := self.go(["cow"], "eat a cow")):
+            return step
+        if inv.get("energy", 9) <= 1 and not view.visible("zombie"):
+            return ["sleep"], "sleep to restore energy"
+        return None
 
-    def craft(action: str, subgoal: str) -> tuple[list[str], str]:
+    def cheap_achievements(self) -> Plan | None:
+        """Each weighs as much in the Crafter score as a diamond: one sleep while nothing hostile is in view
+        (waking up with energy restored unlocks wake_up) and a sapling from the grass, planted."""
+        view, inv, done = self.view, self.inv, self.done
+        if not done.get("wake_up") and inv.get("energy", 9) < 9 and not view.visible("zombie", "skeleton"):
+            return ["sleep"], "sleep once to wake up rested"
+        if not done.get("place_plant"):
+            grass_ahead = view.at(*view.facing) == "grass"
+            if inv.get("sapling", 0) >= 1 and grass_ahead:
+                return ["place_plant"], "plant the sapling"
+            if not done.get("collect_sapling") or inv.get("sapling", 0) >= 1:
+                # 'do' on grass yields a sapling now and then; a step onto grass faces more grass
+                if grass_ahead and inv.get("sapling", 0) == 0:
+                    return ["do"], "collect a sapling from the grass"
+                if step := self.go(["grass"], "find grass"):
+                    return step
+        return None
+
+    def craft(self, action: str, subgoal: str) -> Plan:
         """Make ``action`` at a table: gather wood, reach or place a table, then craft."""
-        needs = costs[action]
+        view, inv, needs = self.view, self.inv, self.costs[action]
         for item, count in needs.items():
             if inv.get(item, 0) < count:
                 if item == "wood":
-                    return wood_or_explore()
-                return go([item], f"collect {item}") or ([explore_move(view)], f"explore to find {item}")
+                    return self.wood_or_explore()
+                return self.go([item], f"collect {item}") or ([explore_move(view)], f"explore to find {item}")
         if view.near("table"):
             return [action], subgoal
-        if view.visible("table") and (step := go(["table"], "walk to the table")):
+        if view.visible("table") and (step := self.go(["table"], "walk to the table")):
             return step[0][:-1] or [action], step[1]  # arrive next to it; no 'do' on a table
-        if inv.get("wood", 0) >= table_wood + needs.get("wood", 0):
+        if inv.get("wood", 0) >= self.costs["place_table"].get("wood", 1) + needs.get("wood", 0):
             return _place_plan(view, "place_table"), "place a table"
-        return wood_or_explore()
+        return self.wood_or_explore()
 
-    if inv.get("wood_pickaxe", 0) == 0:
-        return craft("make_wood_pickaxe", "make a wood pickaxe")
-    if not done.get("make_wood_sword") and inv.get("wood", 0) >= 1 and view.near("table"):
-        return ["make_wood_sword"], "make a wood sword"
-    if not done.get("collect_drink") and (step := go(["water"], "drink water")):
-        return step
-    if inv.get("stone_pickaxe", 0) == 0:
-        return craft("make_stone_pickaxe", "make a stone pickaxe")
-    if not done.get("place_stone") and inv.get("stone", 0) >= 1:
-        if view.at(*view.facing) in (*WALKABLE, "water", "lava"):
-            return ["place_stone"], "place a stone"
-    if not done.get("make_stone_sword") and inv.get("wood", 0) >= 1 and inv.get("stone", 0) >= 1 \
-            and view.near("table"):
-        return ["make_stone_sword"], "make a stone sword"
-    if not done.get("eat_cow") and (step := go(["cow"], "eat a cow")):
-        return step
-    if inv.get("coal", 0) == 0 and (step := go(["coal"], "collect coal")):
-        return step
-    if not done.get("place_furnace"):
-        if inv.get("stone", 0) < furnace_stone:
-            return go(["stone"], "collect stone for a furnace") or wood_or_explore()
+    def climb(self) -> Plan:
+        """The tool ladder: wood pickaxe, stone pickaxe, furnace, iron pickaxe, diamond."""
+        view, inv, done, go = self.view, self.inv, self.done, self.go
+        if inv.get("wood_pickaxe", 0) == 0:
+            return self.craft("make_wood_pickaxe", "make a wood pickaxe")
+        if not done.get("make_wood_sword") and inv.get("wood", 0) >= 1 and view.near("table"):
+            return ["make_wood_sword"], "make a wood sword"
+        if not done.get("collect_drink") and (step := go(["water"], "drink water")):
+            return step
+        if inv.get("stone_pickaxe", 0) == 0:
+            return self.craft("make_stone_pickaxe", "make a stone pickaxe")
+        if not done.get("place_stone") and inv.get("stone", 0) >= 1:
+            if view.at(*view.facing) in (*WALKABLE, "water", "lava"):
+                return ["place_stone"], "place a stone"
+        if not done.get("make_stone_sword") and inv.get("wood", 0) >= 1 and inv.get("stone", 0) >= 1 \
+                and view.near("table"):
+            return ["make_stone_sword"], "make a stone sword"
+        if not done.get("eat_cow") and (step := go(["cow"], "eat a cow")):
+            return step
+        if inv.get("coal", 0) == 0 and (step := go(["coal"], "collect coal")):
+            return step
+        if not done.get("place_furnace"):
+            return self.furnace()
+        if inv.get("iron", 0) == 0 and (step := go(["iron"], "collect iron")):
+            return step
+        if inv.get("iron", 0) >= 1 and inv.get("iron_pickaxe", 0) == 0:
+            if view.near("table") and view.near("furnace") and inv.get("coal", 0) >= 1 and inv.get("wood", 0) >= 1:
+                return ["make_iron_pickaxe"], "make an iron pickaxe"
+        if inv.get("iron_pickaxe", 0) and (step := go(["diamond"], "collect diamond")):
+            return step
+        return go(["tree"], "collect wood") or go(["stone"], "collect stone") or (
+            [explore_move(view)], "explore")
+
+    def furnace(self) -> Plan:
+        """Gather the stone, then place a furnace next to a table."""
+        view = self.view
+        if self.inv.get("stone", 0) < self.costs["place_furnace"].get("stone", 1):
+            return self.go(["stone"], "collect stone for a furnace") or self.wood_or_explore()
         if view.near("table"):
             return _place_plan(view, "place_furnace"), "place a furnace"
-        return craft("make_stone_pickaxe", "walk to a table") if view.visible("table") else wood_or_explore()
-    if inv.get("iron", 0) == 0 and (step := go(["iron"], "collect iron")):
-        return step
-    if inv.get("iron", 0) >= 1 and inv.get("iron_pickaxe", 0) == 0:
-        if view.near("table") and view.near("furnace") and inv.get("coal", 0) >= 1 and inv.get("wood", 0) >= 1:
-            return ["make_iron_pickaxe"], "make an iron pickaxe"
-    if inv.get("iron_pickaxe", 0) and (step := go(["diamond"], "collect diamond")):
-        return step
-    return go(["tree"], "collect wood") or go(["stone"], "collect stone") or (
-        [explore_move(view)], "explore")
+        return self.craft("make_stone_pickaxe", "walk to a table") if view.visible("table") else self.wood_or_explore()
+
+
+def crafter_good_plan(view: CrafterView) -> Plan:
+    """(actions, subgoal) of the ladder heuristic; the first action is the advice."""
+    ladder = _Ladder(view)
+    return ladder.survive() or ladder.cheap_achievements() or ladder.climb()
 
 
 # ----------------------------------------------------------------------------- feature code

@@ -1,9 +1,9 @@
-"""The training loop's side of LoRe: LLM advice, feature code, planning and distillation.
+"""The method's advisor: LLM advice, feature code, planning and distillation.
 
-``LLMBridge`` turns the controller's answers into the per-env tensors the agent consumes
-at act time (prior logits, mask, confidence, sandboxed features), asks for new advice
-(at most one background call per env step), runs CEM planning when enabled, refits the
-prior temperature and feeds the distillation monitor. With ``llm.backend: none`` it
+``LLMBridge`` (held by :class:`lore.method.agent.LoReAgent`) turns the controller's answers into the
+per-env tensors the agent consumes at act time (prior logits, mask, confidence, sandboxed features),
+asks for new advice (at most one background call per env step), runs CEM planning when enabled, refits
+the prior temperature and feeds the distillation monitor. With ``llm.backend: none`` it
 produces zeros and does nothing else, so ``rl_only`` runs pay nothing for it.
 """
 
@@ -121,7 +121,7 @@ class LLMBridge:
             self._adopt_feature_code(code)  # runs from the next step: this one's features are embedded
 
     def consult(self, env_step: int, prefill: bool):
-        """The ``consult`` callback of :meth:`lore.dreamer.agent.Agent.act` for this step, or None.
+        """The ``consult`` callback of :meth:`lore.method.agent.LoReAgent.act` for this step, or None.
 
         With ``llm.ask_before_act`` (and advice that something acts on), the controller is asked about the
         state being acted in, with this step's gate ``u``; envs that had no advice at :meth:`inputs` and got an
@@ -278,9 +278,6 @@ class LLMBridge:
             with torch.no_grad():
                 net = self.agent.prior_net_logits(out.latent[i:i + 1])[0]
             self.monitor.observe(net.cpu(), torch.as_tensor(advice.prior_logits))
-
-    def after_update(self, env_step: int, batch, updates: int) -> None:
-        pass
 
     # ------------------------------------------------------------------ reporting / state
     def metrics(self) -> dict[str, float]:

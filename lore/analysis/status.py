@@ -1,4 +1,4 @@
-"""Progress of training runs, read from their run directories only: the ETA estimator and ``lore status``.
+"""The status of a grid of training runs (``lore status``), read from their run directories only.
 
 A run directory's state comes from what ``lore train`` leaves there: ``done`` (finished), a live holder
 of ``.lock`` (running), rows in ``metrics.csv``/``eval.csv`` or a ``checkpoint.pt`` (progress), and the end
@@ -15,21 +15,19 @@ from __future__ import annotations
 
 import csv
 import fcntl
-import itertools
 import json
 import math
 import os
 import re
 import stat
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import yaml
 
-RATE_ALPHA = 0.3
-"""Weight of the newest log interval in the exponentially weighted rate."""
+from lore.train.progress import eta_seconds, format_duration, log_points, number_or_nan, training_rate
+
 STATES = ("done", "running", "waiting", "failed")
 NOTE_WIDTH = 60
 LOG_TAIL_BYTES = 4096
@@ -43,59 +41,6 @@ MAX_SMALL_BYTES = 1 << 20
 _MAX_INT = 2**63
 MAIN_WORKFLOW_CONFIG = "config/config.yaml"
 """The workflow's default config (relative to the repository root, where the workflow runs)."""
-
-
-# ---------------------------------------------------------------- the rate and the time left
-
-
-def training_rate(points: Sequence[tuple[int, float, int]], alpha: float = RATE_ALPHA, trains: bool = True) -> float:
-    """Env steps per second, exponentially weighted over the log intervals that start with updates under way.
-
-    ``points`` are ``(env_step, wall_s, updates)`` at successive log steps. An interval whose first point has
-    no update yet (prefill: random actions, no training, many times faster) never enters the rate, so the
-    rate is NaN until one whole interval of training has been measured. ``trains=False`` (a run that never
-    updates: the random policy) counts every interval.
-    """
-    rate = math.nan
-    for (s0, t0, u0), (s1, t1, _) in itertools.pairwise(points):
-        if (trains and u0 <= 0) or s1 <= s0 or t1 <= t0:
-            continue
-        current = (s1 - s0) / (t1 - t0)
-        rate = current if math.isnan(rate) else alpha * current + (1 - alpha) * rate
-    return rate
-
-
-def eta_seconds(env_step: int, total: int, rate: float) -> float:
-    """Seconds left to reach ``total`` at ``rate`` steps/s; NaN when the rate is not known yet."""
-    if not (math.isfinite(rate) and rate > 0):
-        return math.nan
-    return max(total - env_step, 0) / rate
-
-
-def format_duration(seconds: float, unknown: str = "-") -> str:
-    """``HH:MM:SS`` under a day, ``N.N d`` beyond, ``unknown`` for NaN."""
-    if not math.isfinite(seconds):
-        return unknown
-    if seconds < 86400:
-        return time.strftime("%H:%M:%S", time.gmtime(max(seconds, 0)))
-    return f"{seconds / 86400:.1f} d"
-
-
-def log_points(rows: Iterable[dict]) -> list[tuple[int, float, int]]:
-    """``(env_step, wall_s, updates)`` of metrics rows; the wall time comes from the cumulative ``steps_per_s``."""
-    points = []
-    for row in rows:
-        step, rate, updates = _number(row.get("env_step")), _number(row.get("steps_per_s")), _number(row.get("updates"))
-        if math.isfinite(step) and math.isfinite(updates) and math.isfinite(rate) and rate > 0:
-            points.append((int(step), step / rate, int(updates)))
-    return points
-
-
-def _number(value: object) -> float:
-    try:
-        return float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError, OverflowError):  # OverflowError: an integer of thousands of digits
-        return math.nan
 
 
 def _read(path: Path, limit: int) -> bytes | None:
@@ -163,7 +108,7 @@ def read_csv_rows(path: Path) -> tuple[list[dict], str]:
     cut = not text.endswith("\n") and bool(body)  # a copy or a write stopped mid-line (lore's own are atomic)
     body = body[:-1] if cut else body
     rows = [dict(zip(header, r, strict=True)) for r in body if len(r) == len(header)]
-    rows = [row for row in rows if math.isfinite(_number(row["env_step"]))]
+    rows = [row for row in rows if math.isfinite(number_or_nan(row["env_step"]))]
     if cut:
         return rows, f"{path.name} half-written (last line cut off)"
     bad = len(body) - len(rows)
@@ -273,7 +218,7 @@ def _short(value: object, width: int = 40) -> str:
 
 
 def _total_steps(cfg: dict) -> int | None:
-    steps = _number(cfg.get("train", {}).get("steps")) if isinstance(cfg.get("train"), dict) else math.nan
+    steps = number_or_nan(cfg.get("train", {}).get("steps")) if isinstance(cfg.get("train"), dict) else math.nan
     return int(steps) if math.isfinite(steps) and 0 < steps < _MAX_INT else None
 
 
@@ -289,16 +234,16 @@ def run_status(run_dir: Path, root: Path) -> RunStatus:
     env, arm, seed = _identity(run_dir, root, cfg)
     metrics, metrics_problem = read_csv_rows(run_dir / "metrics.csv")
     evals, eval_problem = read_csv_rows(run_dir / "eval.csv")
-    steps = [int(_number(r["env_step"])) for r in metrics + evals]
+    steps = [int(number_or_nan(r["env_step"])) for r in metrics + evals]
     status = RunStatus(path=str(run_dir), env=env, arm=arm, seed=seed, total=_total_steps(cfg),
                        step=max(steps) if steps else None,
                        steps_per_s=training_rate(log_points(metrics), trains=_trains(cfg)),
-                       eval_sr=_number(evals[-1].get("success_rate")) if evals else math.nan)
+                       eval_sr=number_or_nan(evals[-1].get("success_rate")) if evals else math.nan)
     notes = [p for p in (cfg_problem, metrics_problem, eval_problem, lock_problem(run_dir)) if p]
     if (run_dir / "done").exists():
         status.state = "done"
         summary, problem = _done_summary(run_dir)
-        notes.append(problem or f"wall {format_duration(_number(summary.get('wall_s')))}")
+        notes.append(problem or f"wall {format_duration(number_or_nan(summary.get('wall_s')))}")
         recorded = summary.get("env_step")
         status.step = recorded if isinstance(recorded, int) and 0 <= recorded < _MAX_INT else status.step
     elif lock_held(run_dir):
@@ -424,9 +369,9 @@ def finished_line(run_dir: Path) -> str:
     cfg, _ = read_run_config(run_dir)
     env, arm, seed = _identity(run_dir, run_dir, cfg)
     summary, _ = _done_summary(run_dir)
-    sr = _fixed(_number(summary.get("final_success_rate")), 2)
+    sr = _fixed(number_or_nan(summary.get("final_success_rate")), 2)
     return (f"lore: {env} {arm} seed {seed} finished: eval SR {sr}, {summary.get('env_step', '?')} steps "
-            f"in {format_duration(_number(summary.get('wall_s')))}")
+            f"in {format_duration(number_or_nan(summary.get('wall_s')))}")
 
 
 # ---------------------------------------------------------------- the command

@@ -1,0 +1,297 @@
+"""Compare an experiment's runs paired by seed and apply its decision rule.
+
+:func:`compare_experiment` reads the runs of :func:`lore.analysis.experiment_plan.run_dirs`, tabulates each
+(arm, vs, metric) as a paired difference with its bootstrap CI, decides with the declaration's rule
+(``adopt`` or ``select``) and writes ``comparison.csv``, ``comparison.md``, ``arms.csv``, ``fig_success.png``
+and ``verdict.json`` (and, when asked, the experiment's record).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+from pathlib import Path
+
+from lore.analysis.archive import commit_counts
+from lore.analysis.experiment_declaration import METRICS, Declaration, load_declaration
+from lore.analysis.experiment_log import commits_text, read_record
+from lore.analysis.experiment_plan import RESULTS_DIR, PlannedRun, comparisons, run_dirs
+
+CONFIDENCE, RESAMPLES = 0.95, 2000
+
+
+def run_metrics_table(pairs: list[tuple[PlannedRun, Path]]):
+    """One row per finished planned run: env, arm, seed and every metric of :data:`METRICS` it has."""
+    import pandas as pd
+
+    from lore.analysis.aggregate import run_table
+    from lore.analysis.runs import ACHIEVEMENT_PREFIX, load_run
+    from lore.analysis.settings import AnalysisSettings
+
+    rows = []
+    for run, folder in pairs:
+        if not (folder / "done").is_file():
+            continue
+        loaded = load_run(folder)
+        steps = int(loaded.eval["env_step"].max())
+        table = run_table([loaded], AnalysisSettings(budgets=(steps,)))
+        row = {"env": run.env, "arm": run.arm, "seed": run.seed,
+               **{m: float(table[m].iloc[0]) for m in ("auc", "final_sr", "crafter_score") if m in table}}
+        if any(c.startswith(ACHIEVEMENT_PREFIX) for c in loaded.eval.columns):
+            row["distinct"] = distinct_at_last_eval(loaded.eval)
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["env", "arm", "seed", *METRICS]) if not rows else pd.DataFrame(rows)
+
+
+def experiment_figure(decl: Declaration, pairs: list[tuple[PlannedRun, Path]], out: Path) -> list[Path]:
+    """``fig_success.png``: eval SR over env steps of each arm against the arm most comparisons use as ``vs``
+    (mean over seeds with its 95% bootstrap band), one panel per env and arm."""
+    import pandas as pd
+
+    from lore.analysis.figures import plot_success_curves
+    from lore.analysis.runs import load_run
+    from lore.analysis.settings import AnalysisSettings
+
+    frames = []
+    for run, folder in pairs:
+        if (folder / "done").is_file():
+            ev = load_run(folder).eval[["env_step", "success_rate"]].copy()
+            ev.insert(0, "seed", run.seed)
+            ev.insert(0, "ablation", run.arm)
+            ev.insert(0, "env", run.env)
+            frames.append(ev)
+    if not frames:
+        return []
+    vs = [c["vs"] for c in comparisons(decl)]
+    base = max(vs, key=vs.count) if vs else "rl_only"
+    base = f"baseline:{base}" if base == "baseline" else base
+    paths = plot_success_curves(pd.concat(frames, ignore_index=True), AnalysisSettings(baseline=base), out)
+    keep = [p for p in paths if p.suffix == ".png"]
+    for p in paths:
+        if p.suffix != ".png":
+            p.unlink()
+    return [p.rename(p.with_name("fig_success.png")) for p in keep]
+
+
+def distinct_at_last_eval(eval_points) -> float:
+    """How many Crafter achievements the last evaluation of one run unlocked (in any of its episodes)."""
+    from lore.analysis.runs import ACHIEVEMENT_PREFIX
+
+    ach = [c for c in eval_points.columns if c.startswith(ACHIEVEMENT_PREFIX)]
+    last = eval_points.loc[eval_points["env_step"].idxmax(), ach]
+    return float((last.astype(float) > 0).sum())
+
+
+def compare_pair(x: dict[int, float], y: dict[int, float], seed: int = 0) -> dict:
+    """``x`` against ``y`` (seed -> value): paired mean difference with its 95% CI, P(x > y), n per side."""
+    import numpy as np
+
+    from lore.analysis import stats as st
+
+    xs = {s: v for s, v in x.items() if v is not None and math.isfinite(v)}
+    ys = {s: v for s, v in y.items() if v is not None and math.isfinite(v)}
+    both = sorted(set(xs) & set(ys))
+    out = {"n_arm": len(xs), "n_vs": len(ys), "n_paired": len(both),
+           "mean_arm": float(np.mean(list(xs.values()))) if xs else math.nan,
+           "mean_vs": float(np.mean(list(ys.values()))) if ys else math.nan,
+           "difference": math.nan, "low": math.nan, "high": math.nan, "p_improvement": math.nan}
+    if len(both) >= 2:
+        a, b = np.array([xs[s] for s in both]), np.array([ys[s] for s in both])
+        d = st.paired_difference(a, b, confidence=CONFIDENCE, resamples=RESAMPLES, seed=seed)
+        c = st.compare(a, b, confidence=CONFIDENCE, resamples=RESAMPLES, seed=seed)
+        out.update(difference=d.estimate, low=d.low, high=d.high, p_improvement=c.p_improve.estimate)
+    return out
+
+
+def comparison_table(decl: Declaration, metrics_table):
+    """One row per (env, arm, vs, metric) of :func:`comparisons`, paired by seed."""
+    import pandas as pd
+
+    rows = []
+    for item in comparisons(decl):
+        arm, vs = item["arm"], item["vs"]
+        vs_label = f"baseline:{arm}" if vs == "baseline" else vs
+        for env in decl.envs:
+            if item["metric"] not in metrics_table:
+                continue
+            pick = metrics_table[metrics_table["env"] == env]
+            x = dict(zip(pick[pick["arm"] == arm]["seed"], pick[pick["arm"] == arm][item["metric"]], strict=True))
+            y = dict(zip(pick[pick["arm"] == vs_label]["seed"], pick[pick["arm"] == vs_label][item["metric"]],
+                         strict=True))
+            if not x and not y:
+                continue
+            rows.append({"env": env, "arm": arm, "vs": vs_label, "metric": item["metric"], **compare_pair(x, y)})
+    return pd.DataFrame(rows)
+
+
+def _holds(row, test: str, value: float | None) -> bool | None:
+    """Whether one comparison row passes ``test``; None when it has too few paired seeds to say."""
+    if test == "ratio_at_least":
+        if not (math.isfinite(row["mean_arm"]) and math.isfinite(row["mean_vs"])):
+            return None
+        return bool(row["mean_arm"] >= value * row["mean_vs"])
+    if row["n_paired"] < 2:
+        return None
+    return bool(row["low"] > 0) if test == "above" else bool(row["high"] >= 0)
+
+
+def _requirement(table, arm: str, vs: str, metric: str, test: str, value: float | None) -> bool | None:
+    vs_label = f"baseline:{arm}" if vs == "baseline" else vs
+    rows = table[(table["arm"] == arm) & (table["vs"] == vs_label) & (table["metric"] == metric)] if len(table) else []
+    if len(rows) == 0:
+        return None
+    results = [_holds(row, test, value) for _, row in rows.iterrows()]
+    if any(r is False for r in results):
+        return False
+    return None if any(r is None for r in results) else True
+
+
+def verdict(decl: Declaration, table, metrics_table) -> dict:
+    """The decision rule applied to the comparison: ``{"verdict": ..., "reason": ...}``."""
+    rule = decl.decision
+    if rule["rule"] == "adopt":
+        results = [(_requirement(table, r["arm"], r["vs"], r["metric"], r["test"], r.get("value")), r)
+                   for r in rule["require"]]
+        failed = [r for ok, r in results if ok is False]
+        if failed:
+            r = failed[0]
+            return {"verdict": "reject", "reason": f"{r['arm']} vs {r['vs']}: {r['metric']} not {r['test']} "
+                                                   f"on every env"}
+        if any(ok is None for ok, _ in results):
+            return {"verdict": "incomplete", "reason": "some runs have not finished"}
+        return {"verdict": "adopt", "reason": "every requirement holds on every env"}
+    scores, eligible, pending = {}, [], False
+    for cand, roles in rule["candidates"].items():
+        oks = [_requirement(table, roles[r["role"]], r["vs"], r["metric"], r["test"], r.get("value"))
+               for r in rule.get("require", [])]
+        pending |= any(ok is None for ok in oks)
+        arm = roles[rule["score"]["role"]]
+        values = metrics_table[metrics_table["arm"] == arm] if len(metrics_table) else []
+        if len(values):
+            per_env = values.groupby("env")[rule["score"]["metric"]].mean()
+            scores[cand] = float(per_env.mean()) if len(per_env) == len(decl.arms[arm].envs) else math.nan
+        if all(ok is True for ok in oks):
+            eligible.append(cand)
+    if pending or any(not math.isfinite(scores.get(c, math.nan)) for c in rule["candidates"]):
+        return {"verdict": "incomplete", "reason": "some runs have not finished", "scores": scores}
+    if not eligible:
+        return {"verdict": "none", "reason": "no candidate meets every requirement", "scores": scores}
+    best = max(scores[c] for c in eligible)
+    tied = [c for c in eligible if scores[c] >= best - float(rule.get("tie", 0.0))]
+    winner = min(tied, key=lambda c: (rule["candidates"][c]["mechanisms"], -scores[c]))
+    return {"verdict": f"select {winner}", "reason": f"highest mean {rule['score']['metric']} among "
+                                                     f"{', '.join(eligible)} (ties within {rule.get('tie', 0)} "
+                                                     f"go to fewer mechanisms)", "scores": scores}
+
+
+def _fmt(x: float, signed: bool = False) -> str:
+    if not math.isfinite(x):
+        return "—"
+    return f"{x:+.3f}" if signed else f"{x:.3f}"
+
+
+def arm_table(decl: Declaration, metrics_table):
+    """One row per (env, arm, metric): n and the mean over seeds with its 95% bootstrap CI."""
+    import numpy as np
+    import pandas as pd
+
+    from lore.analysis import stats as st
+
+    rows = []
+    for env in decl.envs:
+        for arm in sorted(set(metrics_table["arm"]) if len(metrics_table) else [], key=_arm_order(decl)):
+            pick = metrics_table[(metrics_table["env"] == env) & (metrics_table["arm"] == arm)]
+            for metric in decl.metrics:
+                values = pick[metric].to_numpy(float) if metric in pick else np.array([])
+                values = values[np.isfinite(values)]
+                if not values.size:
+                    continue
+                ci = st.stratified_bootstrap_ci([values], "mean", confidence=CONFIDENCE, resamples=RESAMPLES, seed=0)
+                rows.append({"env": env, "arm": arm, "metric": metric, "n": int(values.size),
+                             "mean": float(values.mean()), "low": ci.low, "high": ci.high})
+    return pd.DataFrame(rows)
+
+
+def _arm_order(decl: Declaration):
+    names = list(decl.arms)
+    return lambda arm: (names.index(arm) if arm in names else len(names), arm)
+
+
+def arm_markdown(arms) -> list[str]:
+    if not len(arms):
+        return []
+    lines = ["Each arm: mean over seeds [95% bootstrap CI], n seeds.", "",
+             "| env | arm | " + " | ".join(METRICS[m] for m in arms["metric"].unique()) + " |",
+             "|---|---|" + "---|" * arms["metric"].nunique()]
+    for (env, arm), group in arms.groupby(["env", "arm"], sort=False):
+        cells = [f"{_fmt(r['mean'])} [{_fmt(r['low'])}, {_fmt(r['high'])}] (n = {r['n']})"
+                 for _, r in group.iterrows()]
+        lines.append(f"| {env} | {arm} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+def comparison_markdown(decl: Declaration, table, decided: dict, run_commits: dict[str, int], arms=None) -> str:
+    lines = [f"# {decl.name}", "", decl.question, "",
+             f"Verdict: **{decided['verdict']}** ({decided['reason']}).", "",
+             f"Code: {commits_text(run_commits)}.", "",
+             *(arm_markdown(arms) if arms is not None else []),
+             "Paired by seed: mean of per-seed differences (arm − vs) with its 95% bootstrap CI; P(arm > vs) over "
+             "runs; n per side and paired.", "",
+             "| env | arm | vs | metric | n (arm / vs / paired) | arm | vs | difference [95% CI] | P(improvement) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for _, r in table.iterrows():
+        lines.append(f"| {r['env']} | {r['arm']} | {r['vs']} | {METRICS[r['metric']]} | {r['n_arm']} / {r['n_vs']} / "
+                     f"{r['n_paired']} | {_fmt(r['mean_arm'])} | {_fmt(r['mean_vs'])} | {_fmt(r['difference'], True)} "
+                     f"[{_fmt(r['low'], True)}, {_fmt(r['high'], True)}] | {_fmt(r['p_improvement'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def current_commit(root: Path) -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def record(decl: Declaration, table, decided: dict, commit: str | None, run_commits: dict[str, int]) -> dict:
+    """What the log keeps of a finished comparison (tracked under ``docs/experiments/records``)."""
+    rows = [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()}
+            for r in table.to_dict("records")]
+    return {"name": decl.name, "commit": commit, "run_commits": run_commits, "verdict": decided["verdict"],
+            "reason": decided["reason"], "scores": decided.get("scores"), "comparison": rows}
+
+
+def compare_experiment(name: str, root: Path = Path("."), out: Path | None = None, record_dir: Path | None = None,
+                       results_root: Path | None = None) -> dict:
+    """Compare an experiment's runs, write ``comparison.csv``/``comparison.md``/``verdict.json`` and its record."""
+    from lore.utils.io import atomic_write_text
+
+    decl = load_declaration(name, root)
+    pairs = run_dirs(decl, root, results_root)
+    metrics_table = run_metrics_table(pairs)
+    table = comparison_table(decl, metrics_table)
+    decided = verdict(decl, table, metrics_table)
+    missing = sum(not (folder / "done").is_file() for _, folder in pairs)
+    if missing:  # a rule applied to part of its grid decides nothing
+        decided = {"verdict": "incomplete", "reason": f"{missing} of {len(pairs)} runs have not finished",
+                   "scores": decided.get("scores")}
+    out = out or root / RESULTS_DIR / name
+    run_commits = commit_counts([folder for _, folder in pairs if (folder / "done").is_file()])
+    rec = record(decl, table, decided, current_commit(root), run_commits)
+    previous = record_dir / f"{name}.json" if record_dir is not None else None
+    if previous is not None and (previous.exists() or previous.is_symlink()):  # read before anything is written
+        old = read_record(previous)
+        if old.get("note") and old.get("verdict") == rec["verdict"]:  # a note on the same verdict stays with it
+            rec["note"] = old["note"]
+    atomic_write_text(out / "comparison.csv", table.to_csv(index=False, float_format="%.6g"))
+    experiment_figure(decl, pairs, out)
+    arms = arm_table(decl, metrics_table)
+    atomic_write_text(out / "arms.csv", arms.to_csv(index=False, float_format="%.6g"))
+    atomic_write_text(out / "comparison.md", comparison_markdown(decl, table, decided, run_commits, arms))
+    atomic_write_text(out / "verdict.json", json.dumps(rec, indent=1) + "\n")
+    if previous is not None:
+        atomic_write_text(previous, json.dumps(rec, indent=1) + "\n")
+    return rec

@@ -1,0 +1,90 @@
+"""Retired settings and renamed values: an older config (such as the saved ``config.yaml`` of an earlier run)
+still loads when it holds a removed setting at the value at which it changed nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from lore.validation import ConfigError
+
+RETIRED: dict[str, Any] = {
+    "prior.gate_trust_floor": False,
+    "prior.trust_act_evidence": "combined",
+    "prior.trust_act_floor": 0.0,
+    "prior.trust_act_uninformed": 1.0,
+    "prior.trust_act_pooled": False,
+    "prior.trust_failures": False,
+    "prior.trust_model_failures": False,
+    "prior.trust_episode_acted": False,
+    "prior.trust_episode_strength": False,
+    "prior.trust_familywise": False,
+    "prior.warmup_steps": 0,
+    "prior.control_allocation": "fixed",
+    "prior.w_entropy": 1.0,
+    "prior.w_value": 0.0,
+    "prior.w_disagreement": 0.0,
+    "dreamer.ensemble_scale": 1.0,
+    "prior.absorb_over": "advised",
+    "prior.absorb_trust": "loss",
+    "prior.lambda_kl": 0.1,
+    "prior.beta_bonus": 0.1,
+    "prior.mix_in_imagination": False,
+    "prior.anneal": "none",
+    "prior.anneal_end": 0,
+    "distill.holdout_frac": 0.2,
+    "dreamer.critic_trunk": "separate",
+    "dreamer.uncertainty_head_steps": 0,
+}
+"""Removed settings, each with its old default (the value at which it changed nothing): a config that holds one
+at that value, such as the saved ``config.yaml`` of an older run, loads with the key dropped."""
+
+
+def _yaml_text(value: Any) -> str:
+    """A scalar as YAML writes it (``false``, ``0.1``, ``'combined'``)."""
+    return yaml.safe_dump(value, default_style=None).removesuffix("\n...\n").strip()
+
+
+def _is_neutral(value: Any, neutral: Any) -> bool:
+    """``value`` equals the retired key's neutral value, booleans and numbers not mixed (``0 != false``)."""
+    if isinstance(neutral, bool) or isinstance(value, bool):
+        return value is neutral
+    if isinstance(neutral, (int, float)):
+        return isinstance(value, (int, float)) and value == neutral
+    return value == neutral
+
+
+RENAMED_VALUES: dict[str, dict[Any, Any]] = {"train.compile": {False: "off", True: "networks"}}
+"""Values a setting used to take, with the value that means the same today (old runs' saved configs load)."""
+
+
+def drop_retired(data: dict) -> dict:
+    """``data`` without the :data:`RETIRED` keys it holds at their neutral value (a copy; ``data`` is untouched),
+    and with the :data:`RENAMED_VALUES` of older configs translated.
+
+    A retired key at any other value is a :class:`ConfigError` that names it: the variant it chose is gone.
+    """
+    out = dict(data)
+    for key, renames in RENAMED_VALUES.items():
+        section, name = key.split(".")
+        node = out.get(section)
+        if isinstance(node, dict) and isinstance(node.get(name), bool) and node[name] in renames:
+            out[section] = {**node, name: renames[node[name]]}
+    for key, neutral in RETIRED.items():
+        *parents, name = key.split(".")
+        node = out
+        for part in parents:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                break
+            node[part] = child = dict(child)
+            node = child
+        else:
+            if name not in node:
+                continue
+            if not _is_neutral(node[name], neutral):
+                raise ConfigError(f"{key}: retired setting; only its default {_yaml_text(neutral)} is accepted "
+                                  f"(the variant was removed)")
+            del node[name]
+    return out
