@@ -31,9 +31,10 @@ def worker(ablation: str, preset: str, updates: int) -> None:
 
     from lore.config import build_config
 
-    try:
+    tree = Path(os.environ["PYTHONPATH"].split(os.pathsep)[0])
+    if (tree / "lore" / "method").is_dir():  # an installed lore elsewhere must not stand in for a missing one
         from lore.method import LoReAgent as Agent
-    except ImportError:
+    else:
         from lore.dreamer.agent import DreamerAgent as Agent
     torch.set_num_threads(1)
     torch.manual_seed(0)
