@@ -74,7 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--finished-line", metavar="PATH",
                    help="also append one line (env, arm, seed, final eval SR, wall time) to PATH when the run is "
                         "complete, e.g. /dev/fd/3 (the workflow's console)")
-    t.add_argument("--archive", metavar="DIR", help="copy the finished run into the run archive DIR (e.g. runs)")
+    t.add_argument("--archive", metavar="DIR", help="copy the finished run into the run archive DIR (e.g. runs); "
+                   "a run DIR already holds is restored from it instead of trained")
     c = sub.add_parser("config", help="print the fully resolved config as YAML")
     _add_config_args(c)
     sub.add_parser("list", help="list ablations and model presets")
@@ -161,8 +162,11 @@ def _train(cfg, args) -> int:
     from lore.train.trainer import Preempted, train
     from lore.utils.io import NoSpaceError
 
+    restored = _restore(cfg, args) if args.archive else None
+    if isinstance(restored, int):
+        return restored
     try:
-        summary = train(cfg, args.run_dir, show_progress=False if args.no_progress else None)
+        summary = restored or train(cfg, args.run_dir, show_progress=False if args.no_progress else None)
     except Preempted as e:
         print(f"lore: {e}", file=sys.stderr)
         return 143
@@ -188,11 +192,25 @@ def _train(cfg, args) -> int:
         except ArchiveError as e:
             return fail(e)
         print(f"lore: archived {args.run_dir} as {entry}", file=sys.stderr)
-    if summary.get("already_done"):
+    if summary.get("restored"):
+        print(f"lore: {args.run_dir}: restored from the archive ({summary['restored']}); nothing trained")
+    elif summary.get("already_done"):
         print(f"lore: {args.run_dir} is already complete (env_step {summary.get('env_step')}); nothing to do")
     else:
         print(json.dumps(summary))
     return 0
+
+
+def _restore(cfg, args) -> dict | int | None:
+    """The run restored from the archive ``args.archive`` (a summary), an exit code, or None to train it."""
+    from lore.analysis.archive import ArchiveError, restore_run
+    from lore.config import to_dict
+
+    try:
+        entry = restore_run(to_dict(cfg), args.run_dir, args.archive)
+    except (ArchiveError, OSError) as e:
+        return fail(e)
+    return None if entry is None else {"restored": str(entry)}
 
 
 def _archive(args) -> int:

@@ -283,3 +283,47 @@ def test_the_eta_comes_from_measured_runs_of_the_same_preset_and_budget(tmp_path
     assert one["assumed"] == 0 and one["eta_s"] == pytest.approx(3 * 100 + 3 * 300 + 3 * 200)
     assert two["eta_s"] == pytest.approx(launch.makespan([100] * 3 + [300] * 3 + [200] * 3, 2)) and two["eta_s"] < one["eta_s"]
     assert launch.makespan([3, 3, 2, 2], 2) == 5 and launch.makespan([4], 3) == 4
+
+
+# --------------------------------------------------------------------------- restoring archived runs
+
+
+def test_lore_train_restores_an_archived_run_instead_of_training_it(entry, tmp_path, capsys):
+    archive, path = entry
+    run_dir = tmp_path / "grid" / "run"
+    run_dir.mkdir(parents=True)
+    (run_dir / "train.log").write_text("")  # the workflow opens the log before lore train starts
+    argv = ["train", "--run-dir", str(run_dir), "--config", str(path / "config.yaml"), "--archive", str(archive)]
+    assert lore_main(argv) == 0
+    assert "restored from the archive" in capsys.readouterr().out
+    for name in os.listdir(path):
+        assert (run_dir / name).read_bytes() == (path / name).read_bytes(), name
+    assert not (run_dir / "checkpoint.pt").exists()  # nothing was trained
+    assert ar.saved_identity(run_dir) == ar.saved_identity(path)
+
+
+def test_a_run_of_its_own_is_not_replaced_and_a_broken_entry_is_refused(entry, tmp_path, capsys):
+    from lore.config import config_from_saved, to_dict
+
+    archive, path = entry
+    config = to_dict(config_from_saved(path / "config.yaml"))
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "checkpoint.pt").write_bytes(b"partial")
+    assert ar.restore_run(config, own, archive) is None and sorted(os.listdir(own)) == ["checkpoint.pt"]
+    assert ar.restore_run({**config, "seed": 7}, tmp_path / "other", archive) is None  # not archived
+    (path / "eval.csv").write_text((path / "eval.csv").read_text().rsplit("\n", 2)[0] + "\n")
+    fresh = tmp_path / "fresh"
+    argv = ["train", "--run-dir", str(fresh), "--config", str(path / "config.yaml"), "--archive", str(archive)]
+    assert lore_main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("lore: error:") and "truncated" in err and "\n" not in err
+    assert not fresh.exists()  # nothing written
+
+
+def test_a_grid_with_an_archive_passes_it_to_every_training():
+    from lore.analysis.grid import train_command_args
+
+    base = {"envs": [DOORKEY], "ablations": ["rl_only"], "seeds": [0], "run": {"train.steps": 300}}
+    assert "--archive" not in train_command_args(base, DOORKEY, "rl_only", 0)
+    assert train_command_args({**base, "archive": "runs"}, DOORKEY, "rl_only", 0).endswith("--archive runs")

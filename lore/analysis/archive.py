@@ -369,3 +369,26 @@ def size_line(root: Path, entries: list[Path]) -> str:
     median = sizes[len(sizes) // 2] if len(sizes) % 2 else (sizes[len(sizes) // 2 - 1] + sizes[len(sizes) // 2]) / 2
     return (f"lore: archive {root}: {len(sizes)} entries, all valid; bytes per run: median {median:.0f}, "
             f"max {sizes[-1]}; total {sum(sizes)}")
+
+
+def restore_run(config: dict, run_dir: str | Path, root: str | Path = ARCHIVE_ROOT) -> Path | None:
+    """Copy the archive's entry of the run ``config`` (a resolved config, ``to_dict``) describes into ``run_dir``,
+    so that a run archived anywhere is not trained again; returns the entry, or None when the archive does not
+    hold this run or ``run_dir`` already holds a run of its own (finished or to be resumed).
+
+    The entry is checked first (ArchiveError naming it); ``done`` is written last, as ``lore train`` does.
+    """
+    root, run_dir = Path(root), Path(run_dir)
+    entry = entry_path(root, config["env"]["name"], run_key(config["ablation"], config), int(config["seed"]))
+    if not entry.is_dir() or entry.is_symlink():
+        return None
+    if run_dir.is_dir() and any(p.name != "train.log" for p in run_dir.iterdir()):
+        return None
+    check_entry(entry, root)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    names = sorted(n for n in os.listdir(entry) if n != "done") + ["done"]
+    for name in names:
+        tmp = run_dir / f".{name}.restoring"
+        tmp.write_bytes(_read(entry / name))
+        os.replace(tmp, run_dir / name)
+    return entry

@@ -176,6 +176,8 @@ def train_command_args(config: dict, env: str, ablation: str, seed: int) -> str:
     if config.get("run_config"):
         args += ["--config", str(config["run_config"])]
     args += set_args(run_overrides(config, env, ablation, seed))
+    if config.get("archive"):
+        args += ["--archive", str(config["archive"])]
     return " ".join(shlex.quote(a) for a in args)
 
 
