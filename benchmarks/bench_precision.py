@@ -52,7 +52,7 @@ def main() -> None:
     parser.add_argument("--env", default="crafter")
     parser.add_argument("--obs", default="pixels")
     parser.add_argument("--preset", default="m")
-    parser.add_argument("--ablation", default="full", help="full: the prior's terms, late fusion and the critic heads the gate reads")
+    parser.add_argument("--ablation", default="full", help="full: the prior's terms and the critic heads the advice trust reads")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--batch-length", type=int, default=64)
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))

@@ -52,8 +52,8 @@ SIZES = {  # both agents: deter, units (dense/hidden), layers, 32 latents x 32 c
 }
 AGENTS = ("full", "compiled", "core", "peer")
 LORE_AGENTS = AGENTS[:-1]
-"""LoRe's variants, each the ``full`` ablation timed against the peer: its defaults (the gate reads the policy
-entropy; the bootstrapped critic heads feed the advice values), the same with ``train.compile=update`` (the
+"""LoRe's variants, each the ``full`` ablation timed against the peer: its defaults (the bootstrapped critic heads
+feed the advice values), the same with ``train.compile=update`` (the
 world-model losses and the imagination with the actor and critic losses each one compiled graph, backward
 included), and the core (1 head)."""
 LORE_OVERRIDES = {"full": [], "compiled": ["train.compile=update"],
@@ -67,9 +67,6 @@ DIFFERENCES = [
     "of the imagined trajectories and without one on the rest (the returns bootstrap from all heads on all "
     "states); LoRe compiled runs the heads dense instead, every head (and its slow copy) on every row, with the "
     "bootstrap weights as 0/2 masks on the losses, since a compiled graph reads no data-dependent row count.",
-    "LoRe's `full` ablation fuses LLM-written features late into the encoder (`features.enabled`): its world "
-    "model holds that small feature encoder (the few thousand parameters it has over sheeprl's), run on the "
-    "batch's zero features.",
     "sheeprl runs its critic twice on the imagined states (values without gradient inside the imagination, then "
     "the loss with gradient) and its actor twice (sampling, then the loss); LoRe runs each once and keeps the graph.",
     "LoRe's first layers read an imagined latent's one-hot stoch as 32 selected weight rows (same numbers up to "
@@ -409,8 +406,8 @@ def report(rows: list[dict], meta: dict) -> str:
         f"32x32 latents, imagination from all {meta['batch'] * meta['length']:,} posterior states "
         f"(horizon {HORIZON}). {meta['cpus']} CPUs; {meta['when']}.",
         "",
-        "*full*: LoRe's DreamerV3 with the `full` ablation's settings (3 bootstrapped critic heads, late-fused "
-        "features); *compiled*: full with "
+        "*full*: LoRe's DreamerV3 with the `full` ablation's settings (3 bootstrapped critic heads); "
+        "*compiled*: full with "
         "`train.compile=update` (the world-model losses and the imagination with the actor and critic losses each "
         "one `torch.compile` graph, backward included; the critic heads run dense, every head on every row); "
         "*core*: full with 1 critic head; *peer*: sheeprl `dreamer_v3` at the same size. "

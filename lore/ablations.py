@@ -13,8 +13,7 @@ _NO_LLM = {"llm.backend": "none", "prior.enabled": False, "features.enabled": Fa
            "plan.enabled": False, "distill.enabled": False}
 _MIX = {**_LLM_ON, "prior.enabled": True}
 _KL = {**_MIX, "prior.gate": "fixed", "prior.kl_mode": "lagrangian"}
-_FULL = {**_MIX, "prior.gate": "uncertainty", "prior.kl_mode": "lagrangian", "prior.trust": True,
-         "prior.align_temperature": True, "features.enabled": True}
+_FULL = {**_KL, "prior.trust": True}
 
 ABLATIONS: dict[str, dict[str, object]] = {
     # DreamerV3 alone: no LLM is ever called.
@@ -29,7 +28,7 @@ ABLATIONS: dict[str, dict[str, object]] = {
     "kl": dict(_KL),
     # LLM feature code only (late fusion), no prior mixing.
     "features": {**_LLM_ON, "prior.enabled": False, "features.enabled": True},
-    # Everything: gate + advice trust + KL control + temperature alignment + features.
+    # The method: fixed beta scaled by the advice trust, held in check by KL control.
     "full": dict(_FULL),
     # full + CEM planning in latent space seeded by the LLM plan.
     "full_plan": {**_FULL, "plan.enabled": True},

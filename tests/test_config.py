@@ -2,6 +2,7 @@
 
 import dataclasses
 import re
+from pathlib import Path
 
 import pytest
 import yaml
@@ -64,7 +65,9 @@ def test_every_ablation_resolves_and_differs_from_rl_only():
             assert dataclasses.asdict(cfg) != {**base, "ablation": name}, name
     assert build_config(ablation="rl_only").llm.backend == "none"
     full = build_config(ablation="full")
-    assert full.prior.enabled and full.prior.gate == "uncertainty" and full.prior.kl_mode == "lagrangian"
+    assert full.prior.enabled and full.prior.gate == "fixed" and full.prior.kl_mode == "lagrangian"
+    assert full.prior.trust and not full.features.enabled
+    assert build_config(ablation="gate").prior.gate == "uncertainty"
     assert build_config(ablation="prior_only").prior.gate == "fixed"
     assert build_config(ablation="kl").prior.kl_mode == "lagrangian"
     assert build_config(ablation="features").features.enabled and not build_config(ablation="features").prior.enabled
@@ -174,3 +177,35 @@ def test_a_tab_is_named_by_either_yaml_loader(tmp_path):
     path.write_text("train:\n\tsteps: 100\n")
     with pytest.raises(ConfigError, match="a tab character where YAML expects spaces"):
         load_config(path)
+
+
+def _field_docstrings(class_name: str) -> dict[str, str | None]:
+    """``{field: its docstring or None}`` of a config dataclass, read from lore/config/sections.py."""
+    import ast
+
+    import lore.config.sections as sections
+
+    tree = ast.parse(Path(sections.__file__).read_text())
+    node = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name)
+    out: dict[str, str | None] = {}
+    body = node.body
+    for i, stmt in enumerate(body):
+        if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+            nxt = body[i + 1] if i + 1 < len(body) else None
+            is_doc = isinstance(nxt, ast.Expr) and isinstance(getattr(nxt, "value", None), ast.Constant) \
+                and isinstance(nxt.value.value, str)
+            out[stmt.target.id] = nxt.value.value if is_doc else None
+    return out
+
+
+def test_prior_config_is_small_and_every_field_says_what_it_does_in_one_line():
+    from dataclasses import fields
+
+    from lore.config import PriorConfig
+
+    docs = _field_docstrings("PriorConfig")
+    assert set(docs) == {f.name for f in fields(PriorConfig)}
+    assert len(docs) <= 20, sorted(docs)
+    for name, doc in docs.items():
+        assert doc, f"prior.{name} has no docstring"
+        assert "\n" not in doc.strip() and len(doc) <= 400, f"prior.{name}: docstring not one line of <= 400 chars"

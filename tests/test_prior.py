@@ -15,7 +15,6 @@ from lore.prior.gate import EMANormalizer
 from lore.prior.kl_control import categorical_kl, dual_ascent, masked_mean
 from lore.prior.layer import PriorLayer
 from lore.prior.mixing import gumbel_sample_pair, mix_logits, normalise_prior_logits
-from lore.prior.temperature import calibration_nll, fit_temperature
 
 
 @pytest.fixture(autouse=True)
@@ -152,80 +151,6 @@ def test_beta_dropout_rate_and_reproducibility():
     assert torch.equal(beta, again)
 
 
-# --------------------------------------------------------------------------- temperature
-
-
-def feed_labels(layer: PriorLayer, prior: torch.Tensor, labels: torch.Tensor, code: int = 1) -> dict:
-    """Replay evidence whose one-step values make ``labels`` the best action (spread well above min_gap)."""
-    q = torch.nn.functional.one_hot(labels, prior.shape[1]).double()
-    return layer.observe_advice_values(q, prior, torch.full((prior.shape[0],), code))
-
-
-def test_temperature_edges_only_when_the_optimum_is_there():
-    gen = torch.Generator().manual_seed(7)
-    prior = 2.0 * torch.randn(256, 4, generator=gen)
-    top, worst = prior.argmax(-1), prior.argmin(-1)
-    # Advice that is always right: sharpen as far as allowed; never right (the worst action is best): flatten.
-    assert fit_temperature(prior, top, 0.1, 10.0) == pytest.approx(0.1)
-    assert fit_temperature(prior, worst, 0.1, 10.0) == pytest.approx(10.0)
-    # Off-grid optimum strictly inside: not snapped to a point of the coarse grid, and as good as
-    # the best of a fine grid.
-    labels = torch.multinomial(torch.softmax(prior / 1.7, -1), 1, generator=gen).squeeze(-1)
-    t_hat = fit_temperature(prior, labels, 0.1, 10.0, grid_points=9)
-    coarse = torch.logspace(math.log10(0.1), 1.0, 9, dtype=torch.float64)
-    assert 0.1 < t_hat < 10.0 and (coarse - t_hat).abs().min() > 1e-3
-    fine = torch.logspace(math.log10(0.1), 1.0, 20001, dtype=torch.float64)
-    nll_hat = calibration_nll(prior.double(), labels, torch.tensor([t_hat], dtype=torch.float64)).item()
-    assert nll_hat <= calibration_nll(prior.double(), labels, fine).min().item() + 1e-9
-    # Uniform priors carry no information about T.
-    assert fit_temperature(torch.zeros(256, 4), labels, 0.1, 10.0, fallback=3.0) == 3.0
-    with pytest.raises(ValueError, match="labels"):
-        fit_temperature(prior, torch.full((256,), 4), 0.1, 10.0)
-    with pytest.raises(ValueError, match="labels"):
-        fit_temperature(prior, labels[:10], 0.1, 10.0)
-
-
-def test_layer_refits_temperature_within_bounds():
-    gen = torch.Generator().manual_seed(8)
-    layer = PriorLayer(prior_cfg(align_temperature=True, temperature_min=0.5, temperature_max=4.0,
-                                 temperature_min_labels=100), A)
-    prior = 3.0 * torch.randn(3000, A, generator=gen)
-    labels = torch.multinomial(torch.softmax(prior / 2.0, -1), 1, generator=gen).squeeze(-1)
-    prior[:50] = 0.0  # uniform advice carries no information about T: ignored
-    feed_labels(layer, prior, labels)
-    assert layer.refit_due(0)
-    assert layer.refit_temperature(env_step=0) == pytest.approx(2.0, rel=0.1)
-    assert not layer.refit_due(10) and layer.refit_due(layer.cfg.temperature_refit_every)
-    assert layer.metrics()["temperature_refits_at_bound"] == 0.0
-
-    # Advice that is never the best action: T goes to the upper bound, and that is counted.
-    bad = PriorLayer(prior_cfg(align_temperature=True, temperature_min=0.5, temperature_max=4.0,
-                               temperature_min_labels=100), A)
-    feed_labels(bad, prior[50:], prior[50:].argmin(-1))
-    assert bad.refit_temperature() == pytest.approx(4.0)
-    assert bad.metrics()["temperature_refits_at_bound"] == 1.0
-
-    off = PriorLayer(prior_cfg(align_temperature=False, temperature=1.5), A)
-    feed_labels(off, prior, labels)
-    assert off.refit_temperature() == 1.5 and not off.refit_due(0)
-
-
-def test_refit_skipped_without_enough_labels():
-    gen = torch.Generator().manual_seed(13)
-    layer = PriorLayer(prior_cfg(align_temperature=True, temperature=1.0, temperature_min_labels=64), A)
-    assert layer.refit_temperature(env_step=0) == 1.0  # no labels yet
-    advice = torch.nn.functional.one_hot(torch.randint(0, A, (200,), generator=gen), A).float()
-    # Before any reward the critic cannot tell actions apart: no labels, so T is kept.
-    layer.observe_advice_values(1e-5 * torch.randn(200, A, generator=gen), advice, torch.ones(200))
-    assert layer.refit_temperature(env_step=1000) == 1.0
-    metrics = layer.metrics()
-    assert metrics["temperature_refits_skipped"] == 2.0 and metrics["temperature_refits"] == 0.0
-    # Advice that is always right: sharpened.
-    feed_labels(layer, advice, advice.argmax(-1))
-    assert layer.refit_temperature(env_step=2000) == pytest.approx(layer.cfg.temperature_min)
-    assert layer.metrics()["temperature_refits"] == 1.0
-
-
 # --------------------------------------------------------------------------- KL control
 
 
@@ -286,13 +211,12 @@ def test_placeholder_compatible_api():
     loss, _ = layer.actor_loss(logits.requires_grad_(), torch.randn(3, A), torch.ones(3), beta)
     assert loss.item() == 0.0
     layer.update_lambda(1.0)
-    assert layer.refit_temperature() == layer.temperature
     assert not layer.wants_advice_values()
     assert layer.beta_max == 0.0
     metrics = layer.metrics()
     for key in ("beta_mean", "beta_std", "u_entropy", "u_value_var", "u_disagreement", "kl_mix_wm", "lambda_kl",
                 "temperature", "entropy_wm", "entropy_mix", "gate_open_frac", "beta_max_now", "trust_llm",
-                "kl_bound_active_frac", "temperature_refits_at_bound"):
+                "kl_bound_active_frac"):
         assert key in metrics, key
     # Checkpoints of earlier releases (the placeholder layer's {T, lambda}, version 1) are refused by name.
     with pytest.raises(ValueError, match="version"):
@@ -343,8 +267,7 @@ def test_metrics_report_recent_act_calls():
 
 
 def test_state_dict_round_trip_resumes_identically():
-    cfg = prior_cfg(gate="uncertainty", dropout=0.2, kl_mode="lagrangian", kl_bound=0.1, align_temperature=True,
-                    temperature_min_labels=16, trust=True)
+    cfg = prior_cfg(gate="uncertainty", dropout=0.2, kl_mode="lagrangian", kl_bound=0.1, trust=True)
     gen = torch.Generator().manual_seed(9)
     inputs = [(torch.randn(3, A, generator=gen), 3.0 * torch.randn(3, A, generator=gen),
                (torch.rand(3, generator=gen) > 0.3).float(),
@@ -357,11 +280,10 @@ def test_state_dict_round_trip_resumes_identically():
         _, beta = original.act(logits, prior, mask, u, step, generator=act_gen, source=source)
         _, metrics = original.actor_loss(logits, prior, mask, beta)
         original.update_lambda(metrics["kl_mix_wm"] + 0.3)
-    # Evidence from every source (trust and calibration labels are part of the state).
+    # Evidence from every source (the trust is part of the state).
     original.observe_advice_values(torch.randn(60, A, generator=gen), torch.randn(60, A, generator=gen),
                                    torch.arange(60) % 3 + 1)
-    original.refit_temperature(env_step=20)
-    assert original.refits == 1 and original.labels
+    assert all(original.trust.value(name) != 0.5 for name in ("llm", "plan", "surrogate"))
 
     buffer = io.BytesIO()
     torch.save({"prior": original.state_dict(), "gen": act_gen.get_state()}, buffer)
@@ -379,7 +301,7 @@ def test_state_dict_round_trip_resumes_identically():
         assert torch.equal(mix_a, mix_b) and torch.equal(beta_a, beta_b)
     assert original.metrics() == resumed.metrics()
     assert original.state_dict() == resumed.state_dict()
-    assert original.refit_temperature() == resumed.refit_temperature()
+    assert original.trust.value("llm") == resumed.trust.value("llm")
 
 
 def test_other_batch_sizes_leave_the_state_alone():

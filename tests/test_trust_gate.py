@@ -15,7 +15,6 @@ from lore.prior.gate import entropy_fraction, ratio_to_mean, uncertainty_parts
 from lore.prior.kl_control import categorical_kl, dual_ascent, project_beta_to_kl
 from lore.prior.layer import PriorLayer
 from lore.prior.mixing import normalise_prior_logits
-from lore.prior.temperature import fit_temperature
 from lore.prior.trust import (
     ADVICE_SOURCES,
     AdviceTrust,
@@ -239,49 +238,6 @@ def test_beta_rises_with_the_entropy_and_ignores_the_logged_spreads(signal):
         assert betas == pytest.approx([ref] * len(levels), abs=1e-6)
 
 
-# --------------------------------------------------------------------------- temperature scaling
-
-
-@pytest.mark.parametrize("t_star", [0.5, 1.0, 2.5])
-def test_fit_temperature_recovers_a_known_temperature(t_star):
-    gen = torch.Generator().manual_seed(5)
-    logits = 2.0 * torch.randn(20000, A, generator=gen, dtype=torch.float64)
-    labels = torch.multinomial(torch.softmax(logits / t_star, -1), 1, generator=gen).squeeze(-1)
-    t_hat = fit_temperature(logits, labels, t_min=0.1, t_max=10.0)
-    assert abs(t_hat - t_star) / t_star < 0.05, t_hat
-
-
-def test_fit_temperature_goes_to_t_max_for_advice_that_is_never_right():
-    gen = torch.Generator().manual_seed(6)
-    logits = 2.0 * torch.randn(2000, A, generator=gen)
-    assert fit_temperature(logits, logits.argmin(-1), 0.1, 10.0) == pytest.approx(10.0)
-    # An always-right top action with moderate logits sharpens to t_min.
-    assert fit_temperature(logits / 10.0, logits.argmax(-1), 0.1, 10.0) == pytest.approx(0.1)
-
-
-def test_refit_skipped_with_too_few_labels_and_done_with_enough():
-    gen = torch.Generator().manual_seed(7)
-    layer = PriorLayer(prior_cfg(trust=True, align_temperature=True, temperature=1.0, temperature_min_labels=100,
-                                 temperature_min=0.1, temperature_max=10.0), A, num_envs=2)
-    prior = 2.0 * torch.randn(400, A, generator=gen)
-    labels = torch.multinomial(torch.softmax(prior / 2.5, -1), 1, generator=gen).squeeze(-1)
-    q = torch.nn.functional.one_hot(labels, A).double()  # label = argmax q, spread >> min_gap
-    codes = torch.full((400,), LLM)
-    flat = 1e-6 * torch.rand(400, A, generator=gen, dtype=torch.float64)
-    out = layer.observe_advice_values(flat, prior, codes)  # indistinguishable actions: no labels
-    assert out["advice_informative_frac"] == 0.0 and not layer.labels
-    layer.observe_advice_values(q[:60], prior[:60], codes[:60])
-    assert len(layer.labels) == 60
-    assert layer.refit_temperature(env_step=0) == 1.0
-    assert (layer.refits, layer.refits_skipped) == (0, 1)
-    layer.observe_advice_values(q[60:], prior[60:], codes[60:])
-    t_hat = layer.refit_temperature(env_step=1000)
-    assert (layer.refits, layer.refits_skipped) == (1, 1) and t_hat != 1.0
-    assert t_hat == pytest.approx(fit_temperature(prior, labels, 0.1, 10.0))
-    metrics = layer.metrics()
-    assert metrics["temperature"] == t_hat and metrics["temperature_refits_at_bound"] == 0.0
-
-
 # --------------------------------------------------------------------------- act-time KL bound
 
 
@@ -443,7 +399,7 @@ def test_metrics_separate_states_where_advice_disagrees_with_the_policy():
     frac = entropy / math.log(A)
     assert beta.tolist() == pytest.approx(frac.tolist(), abs=1e-6)  # trust 0.5 before evidence: full strength
     metrics = layer.metrics()
-    for key in ("trust_llm", "trust_plan", "trust_surrogate", "kl_bound_active_frac", "temperature_refits_at_bound",
+    for key in ("trust_llm", "trust_plan", "trust_surrogate", "kl_bound_active_frac",
                 "u_entropy_frac_disagree", "u_entropy_frac_agree", "beta_disagree", "beta_agree",
                 "u_value_ratio_disagree", "u_disagreement_ratio_agree"):
         assert key in metrics and math.isfinite(metrics[key]), key
@@ -500,13 +456,13 @@ def test_only_replicated_best_actions_become_temperature_labels():
 
 
 def test_disagreeing_draws_label_nothing_but_their_mean_still_feeds_trust():
-    layer = PriorLayer(prior_cfg(trust=True, align_temperature=True), A, num_envs=1)
+    layer = PriorLayer(prior_cfg(trust=True), A, num_envs=1)
     advice = one_hot_advice(torch.zeros(8, dtype=torch.long))
     draws = torch.zeros(8, 2, A, dtype=torch.float64)
     draws[:, 0, 0], draws[:, 1, 1] = 1.0, 1.0      # each draw prefers a different action
     draws[:, :, 0] += 0.5                           # but on average the advised action 0 is best
     out = layer.observe_advice_values(draws, advice, torch.full((8,), LLM))
-    assert out["advice_labelled_frac"] == 0.0 and not layer.labels
+    assert out["advice_labelled_frac"] == 0.0
     assert out["advice_value_z"] > 0 and layer.trust.value("llm") > 0.5
 
 
@@ -744,8 +700,8 @@ def test_step_failures_catch_advice_whose_own_steps_end_the_episode():
 
     gen = torch.Generator().manual_seed(9)
 
-    def run(advice_fail_rate: float, steps: int = 400, enabled: bool = True) -> PriorLayer:
-        layer = PriorLayer(prior_cfg(gate="fixed", trust=True, trust_step_failures=enabled), A)
+    def run(advice_fail_rate: float, steps: int = 400, trust: bool = True) -> PriorLayer:
+        layer = PriorLayer(prior_cfg(gate="fixed", trust=trust), A)
         for _ in range(steps):
             changed = torch.rand(2, generator=gen) < 0.05  # advice changes 5% of the actions
             codes = torch.full((2,), LLM)
@@ -754,7 +710,7 @@ def test_step_failures_catch_advice_whose_own_steps_end_the_episode():
             layer.observe_steps(changed, codes, failed)
         return layer
 
-    adversary, good, off = run(0.5), run(0.0), run(0.5, enabled=False)
+    adversary, good, off = run(0.5), run(0.0), run(0.5, trust=False)
     assert adversary.trust.steps.z("llm") < -3 and adversary.trust.value("llm") < 0.01
     assert good.trust.steps.z("llm") > 0 and good.trust.value("llm") == 0.5  # never failing is no credit
     assert off.trust.value("llm") == 0.5 and off.trust.steps.advised["llm"][0] == 0.0
@@ -771,7 +727,7 @@ def test_step_failures_catch_advice_whose_own_steps_end_the_episode():
     with pytest.raises(ValueError, match="must match"):
         steps.observe(torch.ones(2, dtype=torch.bool), torch.ones(3), torch.ones(2, dtype=torch.bool))
     # the counts survive a checkpoint; one written before they were kept loads as no evidence
-    trust = AdviceTrust(0.99, 3.0, step_failures=True)
+    trust = AdviceTrust(0.99, 3.0)
     trust.load_state_dict(adversary.trust.state_dict())
     assert trust.value("llm") == pytest.approx(adversary.trust.value("llm"))
     trust.load_state_dict({k: v for k, v in adversary.trust.state_dict().items() if k != "steps"})

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 START, END = "<!-- headline:start -->", "<!-- headline:end -->"
-ARMS = ("rl_only", "kl", "full", "full_adversarial")
-"""The arms the headline shows: DreamerV3 alone, the simplest prior, the method, the method under attack."""
+ARMS = ("rl_only", "full", "full_adversarial")
+"""The arms the headline shows: DreamerV3 alone, the method, the method under attack."""
 
 
 def _float(row: dict, key: str) -> float:

@@ -36,6 +36,13 @@ RETIRED: dict[str, Any] = {
     "distill.holdout_frac": 0.2,
     "dreamer.critic_trunk": "separate",
     "dreamer.uncertainty_head_steps": 0,
+    "prior.align_temperature": False,
+    "prior.temperature_refit_every": 1000,
+    "prior.temperature_min": 0.1,
+    "prior.temperature_max": 10.0,
+    "prior.temperature_min_labels": 128,
+    "prior.ema_decay": 0.99,
+    "prior.trust_step_failures": True,
 }
 """Removed settings, each with its old default (the value at which it changed nothing): a config that holds one
 at that value, such as the saved ``config.yaml`` of an older run, loads with the key dropped."""

@@ -207,53 +207,39 @@ class PriorConfig:
     """Logit mixing ``l_mix = l_wm + beta(s) * stopgrad(l_llm / T)`` and its controls."""
 
     enabled: bool = False
-    """Mix the LLM prior into the acting policy (off: beta = 0 at every step)."""
+    """Mix the LLM prior into the acting policy; off, beta = 0 at every step (the ablations set it)."""
     beta_max: float = ranged(1.0, Limit(0.0, 1e3))
-    """Largest mixing weight beta, in [0, 1000]: the multiplier of the tempered prior logits."""
+    """Largest mixing weight beta, in [0, 1000]: 1 lets a confident prior dominate a uniform policy; lower it for weak advisors."""
     gate: Literal["fixed", "uncertainty"] = "uncertainty"
-    """``fixed``: beta = beta_max; ``uncertainty``: beta = beta_max * min(1, u(s) / gate_full_at) (lore.prior.gate)."""
-    gate_full_at: float = ranged(0.5, Limit(0.0, 1.0, lo_open=True))  # the uncertainty u lies in [0, 1]
-    """Policy uncertainty u in (0, 1] (entropy / log A) at and above which the gate is fully open."""
+    """``fixed``: beta = beta_max; ``uncertainty``: beta = beta_max * min(1, u(s) / gate_full_at), advice only where the policy is unsure."""
+    gate_full_at: float = ranged(0.5, Limit(0.0, 1.0, lo_open=True))
+    """Policy uncertainty u in (0, 1] (entropy / log A) at and above which the uncertainty gate is fully open; lower opens it more."""
     trust: bool = False
-    """Scale beta and the KL absorption by the per-source advice trust in [0, 1] (lore.prior.trust)."""
+    """Scale beta (min(1, 2 trust)) and the KL absorption (clip(2 trust - 1, 0, 1)) by the per-source advice trust (lore.prior.trust)."""
     trust_gain: float = ranged(3.0, _POSITIVE)
-    """trust = sigmoid(trust_gain * evidence), gain > 0; the evidence is in z / t units (0.5 without evidence)."""
+    """trust = sigmoid(trust_gain * evidence), gain > 0, evidence in z / t units; higher reacts to less evidence."""
     trust_dead_zone: float = ranged(1.0, Limit(0.0, 100.0))
-    """Standard errors in [0, 100] of the episode t and the step-failure z that count as no evidence."""
+    """Standard errors in [0, 100] of the episode t and the step-failure z that count as no evidence; higher ignores more noise."""
     trust_value_weight: float = ranged(1.0, Limit(0.0, 100.0))
-    """Weight in [0, 100] of the critic's value z-score of the advice in the trust evidence (0 leaves it out)."""
-    trust_step_failures: bool = True
-    """Count the advice's steps ending the episode without reward more often than the agent's own as harm evidence."""
+    """Weight in [0, 100] of the critic's value z-score of the advice in the trust evidence; 0 leaves the critic out."""
     trust_decay: float = ranged(0.99, _DECAY)
-    """EMA decay in [0, 1) of the value z-score evidence, per update."""
+    """EMA decay in [0, 1) of the value z-score evidence, per update; closer to 1 averages over more updates."""
     trust_min_gap: float = ranged(1e-3, Limit(0.0, MAX_SCALE, lo_open=True))
-    """Q spread across actions (return-scale units, > 0) below which a state cannot tell the actions apart."""
+    """Q spread across actions (return-scale units, > 0) below which a state cannot tell the actions apart; raise it for noisy critics."""
     trust_states: int = ranged(128, Limit(1, 1_000_000))
-    """Advised replay states scored per update, in [1, 1e6]."""
+    """Advised replay states scored per update, in [1, 1e6]; more gives steadier evidence at more update cost."""
     advice_samples: int = ranged(4, Limit(1, 64))
-    """Imagined latent samples per (state, action) when scoring advice, in [1, 64]."""
+    """Imagined latent samples per (state, action) when scoring advice, in [1, 64]; more gives steadier values at more cost."""
     dropout: float = ranged(0.1, Limit(0.0, 1.0, hi_open=True))
-    """Probability in [0, 1) of forcing beta = 0 for an act step (keeps the base policy exercised)."""
+    """Probability in [0, 1) of forcing beta = 0 for an act step, so that the base policy stays exercised."""
     control_episodes: float = ranged(0.25, Limit(0.0, 1.0, hi_open=True))
     """Probability in [0, 1) that an episode runs without the prior: the control group of the trust's episode t."""
-    ema_decay: float = ranged(0.99, _DECAY)
-    """EMA decay in [0, 1) of the running means that the logged value-spread and disagreement ratios divide by."""
     temperature: float = ranged(1.0, _POSITIVE)
-    """Initial temperature T in (0, 1000] dividing the prior logits (clipped to [temperature_min, temperature_max])."""
-    align_temperature: bool = False
-    """Refit T by temperature scaling on the agent's own best-action labels (lore.prior.temperature)."""
-    temperature_refit_every: int = ranged(1_000, _INTERVAL)
-    """Env steps between refits of T (>= 1)."""
-    temperature_min: float = ranged(0.1, _POSITIVE)  # and <= temperature_max
-    """Lower bound of T, in (0, 1000] and <= temperature_max."""
-    temperature_max: float = ranged(10.0, _POSITIVE)
-    """Upper bound of T, in (0, 1000]."""
-    temperature_min_labels: int = ranged(128, _COUNT)
-    """Calibration labels (states with an unambiguous best action by one-step value) needed before T is refitted."""
+    """Temperature T in (0, 1000] dividing the prior logits; above 1 flattens overconfident advice."""
     kl_mode: Literal["none", "lagrangian"] = "none"
     """``lagrangian``: act-time KL trust region and the absorption term with a dual-ascent multiplier; ``none``: neither."""
     kl_bound: float = ranged(2.0, _POSITIVE)
-    """lagrangian: act-time trust region, KL(pi_mix || pi_wm) <= kl_bound nats per state, in (0, 1000]."""
+    """lagrangian: act-time trust region, KL(pi_mix || pi_wm) <= kl_bound nats per state, in (0, 1000]; lower keeps the policy closer to its own."""
     kl_delta: float = ranged(0.1, Limit(0.0, 1e3))
     """lagrangian: nats of replay-state KL(pi_mix || pi_wm) the absorption term tolerates, in [0, 1000]."""
     kl_eta: float = ranged(0.05, Limit(0.0, 1e3))

@@ -137,9 +137,6 @@ def validate_semantics(cfg: RunConfig) -> None:
         (cfg.dreamer.retnorm_low < cfg.dreamer.retnorm_high,
          f"dreamer.retnorm_low ({cfg.dreamer.retnorm_low:g}) must be < dreamer.retnorm_high "
          f"({cfg.dreamer.retnorm_high:g})"),
-        (cfg.prior.temperature_min <= cfg.prior.temperature_max,
-         f"prior.temperature_min ({cfg.prior.temperature_min:g}) must be <= prior.temperature_max "
-         f"({cfg.prior.temperature_max:g})"),
         (cfg.plan.elites <= cfg.plan.samples,
          f"plan.elites ({cfg.plan.elites}) must be <= plan.samples ({cfg.plan.samples})"),
         (cfg.plan.samples * cfg.plan.horizon * cfg.plan.iterations <= MAX_PLAN_WORK,

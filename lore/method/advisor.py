@@ -2,8 +2,8 @@
 
 ``LLMBridge`` (held by :class:`lore.method.agent.LoReAgent`) turns the controller's answers into the
 per-env tensors the agent consumes at act time (prior logits, mask, confidence, sandboxed features),
-asks for new advice (at most one background call per env step), runs CEM planning when enabled, refits
-the prior temperature and feeds the distillation monitor. With ``llm.backend: none`` it
+asks for new advice (at most one background call per env step), runs CEM planning when enabled and
+feeds the distillation monitor. With ``llm.backend: none`` it
 produces zeros and does nothing else, so ``rl_only`` runs pay nothing for it.
 """
 
@@ -214,8 +214,6 @@ class LLMBridge:
             return  # only the feature program was wanted, and one is running
         if not self.asks_before_act:
             self._ask(env_step, self.gate_values())
-        if self.agent.prior.refit_due(env_step):
-            self.agent.prior.refit_temperature(env_step=env_step)
 
     def _ask(self, env_step: int, gate: np.ndarray) -> None:
         """Offer every env's current state to the controller (it asks about at most one)."""

@@ -1,6 +1,6 @@
-"""The LLM action prior: logit mixing, the uncertainty gate, temperature alignment, KL control.
+"""The LLM action prior: logit mixing, the advice trust, KL control, the uncertainty gate.
 
-Pure functions live in :mod:`.mixing`, :mod:`.gate`, :mod:`.temperature`, :mod:`.kl_control`; the
+Pure functions live in :mod:`.mixing`, :mod:`.trust`, :mod:`.kl_control`, :mod:`.gate`; the
 state in :class:`lore.prior.layer.PriorLayer` and :class:`lore.prior.distill.DistillationMonitor`.
 """
 

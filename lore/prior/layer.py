@@ -2,10 +2,8 @@
 
 It owns everything that must survive from one step to the next and across a resume: the running
 means of the uncertainty signals, the per-source advice trust, the KL multiplier ``lambda`` (dual
-variable), the temperature ``T`` with its calibration labels, and the counters behind
-:meth:`PriorLayer.metrics`. The maths lives in the pure functions of :mod:`lore.prior.mixing`,
-:mod:`lore.prior.gate`, :mod:`lore.prior.trust`, :mod:`lore.prior.temperature` and
-:mod:`lore.prior.kl_control`.
+variable) and the counters behind :meth:`PriorLayer.metrics`. The maths lives in the pure functions
+of :mod:`lore.prior.mixing`, :mod:`lore.prior.gate`, :mod:`lore.prior.trust` and :mod:`lore.prior.kl_control`.
 
 At act time (per env)::
 
@@ -41,11 +39,11 @@ from lore.prior.kl_control import (
     project_beta_to_kl,
 )
 from lore.prior.mixing import categorical_entropy, mix_logits
-from lore.prior.temperature import fit_temperature
 from lore.prior.trust import AdviceTrust, act_scale, advice_value_z, replicated_best_action
 
 _STATE_VERSION = 2
-_LABEL_CAPACITY = 4096
+_EMA_DECAY = 0.99
+"""Decay of the running means that the logged uncertainty ratios divide by."""
 
 # Separation of the gate's parts between advised states where the advice's top action differs
 # from the policy's ("disagree") and where it is the same ("agree").
@@ -73,31 +71,22 @@ class PriorLayer:
             raise ValueError(f"prior.gate must be fixed|uncertainty, got {cfg.gate!r}")
         if cfg.kl_mode not in ("none", "lagrangian"):
             raise ValueError(f"prior.kl_mode must be none|lagrangian, got {cfg.kl_mode!r}")
-        if not 0 < cfg.temperature_min <= cfg.temperature_max:
-            raise ValueError("prior.temperature_min/max must satisfy 0 < min <= max")
         if not cfg.temperature > 0:
             raise ValueError(f"prior.temperature must be > 0, got {cfg.temperature}")
         self.cfg = cfg
         self.num_actions = int(num_actions)
         self.num_envs = int(num_envs)
-        self.temperature = float(min(max(cfg.temperature, cfg.temperature_min), cfg.temperature_max))
+        self.temperature = float(cfg.temperature)
         self.lambda_kl = 0.0
         """Dual variable of the KL Lagrangian (``kl_mode == "lagrangian"``); starts at 0."""
-        self.normalisers = [EMANormalizer(cfg.ema_decay) for _ in UNCERTAINTY_KEYS]
-        self.trust = AdviceTrust(cfg.trust_decay, cfg.trust_gain, cfg.trust_dead_zone, cfg.trust_step_failures,
-                                  cfg.trust_value_weight)
+        self.normalisers = [EMANormalizer(_EMA_DECAY) for _ in UNCERTAINTY_KEYS]
+        self.trust = AdviceTrust(cfg.trust_decay, cfg.trust_gain, cfg.trust_dead_zone, cfg.trust_value_weight)
         self.control = torch.zeros(self.num_envs, dtype=torch.bool)
         """Per env: is the current episode a control episode (prior off throughout)?"""
         self.last_u: torch.Tensor | None = None
         """u(s) [num_envs] of the latest act step (the controller's trigger reads it, not a recomputation)."""
-        self.labels: list[tuple[torch.Tensor, int]] = []
-        """(prior logits [A], best action by one-step value) of recent advised replay states: T's data."""
         self.act_calls = 0
         self.last_env_step = 0
-        self.last_refit_step: int | None = None
-        self.refits = 0
-        self.refits_skipped = 0
-        self.refits_at_bound = 0
         self._acc = _zero_acc()
 
     # ------------------------------------------------------------------ settings
@@ -263,8 +252,8 @@ class PriorLayer:
 
     def observe_steps(self, changed: torch.Tensor, source: torch.Tensor, failed: torch.Tensor) -> None:
         """One env step of every env: whether the advice changed the action, its source code and whether the
-        step ended the episode in failure (evidence for ``prior.trust_step_failures``)."""
-        if self.cfg.enabled and self.cfg.trust and self.cfg.trust_step_failures:
+        step ended the episode in failure (the trust's step-failure evidence)."""
+        if self.cfg.enabled and self.cfg.trust:
             self.trust.steps.observe(torch.as_tensor(changed), torch.as_tensor(source), torch.as_tensor(failed))
 
     def draw_control_episodes(self, is_first: torch.Tensor | None, generator: torch.Generator | None) -> None:
@@ -401,15 +390,16 @@ class PriorLayer:
                                          self.cfg.lambda_max)
 
     def wants_advice_values(self) -> bool:
-        """Whether the agent should score advised replay states (for trust or temperature calibration)."""
-        return self.cfg.enabled and (self.cfg.trust or self.cfg.align_temperature)
+        """Whether the agent should score advised replay states (for the advice trust)."""
+        return self.cfg.enabled and self.cfg.trust
 
     def observe_advice_values(self, q_values: torch.Tensor, prior_logits: torch.Tensor,
                               codes: torch.Tensor) -> dict[str, float]:
         """Evidence from one update: one-step values of advised states, ``q [N, A]`` or draws ``[N, D, A]``.
 
         The mean over draws (return-scale units) feeds the per-source trust (value z-score of the
-        advice); states where all ``D`` draws agree on the best action give the temperature's labels.
+        advice); states where all ``D`` draws agree on the best action say how often the advice's top action
+        is the best one (logged, not used).
         """
         q_draws = q_values[:, None, :] if q_values.dim() == 2 else q_values
         if (q_draws.dim() != 3 or q_draws.shape[::2] != prior_logits.shape
@@ -425,47 +415,10 @@ class PriorLayer:
         self.trust.observe(z, codes.detach().cpu())
         informative = q.std(-1, unbiased=False) > self.cfg.trust_min_gap
         best, labelled = replicated_best_action(q_draws, self.cfg.trust_min_gap)
-        for row in torch.nonzero(labelled).flatten().tolist():
-            self.labels.append((prior[row].float(), int(best[row])))
-        del self.labels[:-_LABEL_CAPACITY]
         return {"advice_value_z": float(z.mean()), "advice_informative_frac": float(informative.double().mean()),
                 "advice_labelled_frac": float(labelled.double().mean()),
                 "advice_top_is_best": float((prior.argmax(-1) == best)[labelled].double().mean())
                 if bool(labelled.any()) else math.nan}
-
-    def refit_due(self, env_step: int) -> bool:
-        """Whether ``temperature_refit_every`` env steps passed since the last refit (align_temperature on)."""
-        if not (self.cfg.enabled and self.cfg.align_temperature):
-            return False
-        if self.last_refit_step is None:
-            return True
-        return env_step - self.last_refit_step >= self.cfg.temperature_refit_every
-
-    def refit_temperature(self, env_step: int | None = None) -> float:
-        """Refit ``T`` by temperature scaling on the calibration labels; returns the new ``T``.
-
-        No-op unless ``align_temperature``. With fewer than ``temperature_min_labels`` labels (the
-        critic cannot yet tell actions apart) the refit is skipped and counted in
-        ``temperature_refits_skipped``; rows whose prior is uniform carry no information and are ignored.
-        """
-        if not (self.cfg.enabled and self.cfg.align_temperature):
-            return self.temperature
-        if env_step is not None:
-            self.last_refit_step = int(env_step)
-        rows = [(p, y) for p, y in self.labels if float(p.max() - p.min()) > 1e-6]
-        if len(rows) < self.cfg.temperature_min_labels:
-            self.refits_skipped += 1
-            return self.temperature
-        prior = torch.stack([p for p, _ in rows])
-        labels = torch.tensor([y for _, y in rows])
-        self.temperature = fit_temperature(prior, labels, self.cfg.temperature_min, self.cfg.temperature_max,
-                                           fallback=self.temperature)
-        self.refits += 1
-        span = math.log(self.cfg.temperature_max / self.cfg.temperature_min)
-        at_bound = span > 0 and min(abs(math.log(self.temperature / self.cfg.temperature_min)),
-                                    abs(math.log(self.cfg.temperature_max / self.temperature))) < 0.01 * span
-        self.refits_at_bound += int(at_bound)
-        return self.temperature
 
     # ------------------------------------------------------------------ reporting and state
 
@@ -501,9 +454,6 @@ class PriorLayer:
             "entropy_mix": ratio(acc["entropy_mix"], acc["n_act"]),
             "gate_open_frac": ratio(acc["open_sum"], acc["n_act"]),
             "beta_max_now": self.beta_max,
-            "temperature_refits": float(self.refits),
-            "temperature_refits_skipped": float(self.refits_skipped),
-            "temperature_refits_at_bound": float(self.refits_at_bound),
             "kl_bound_active_frac": ratio(acc["kl_clipped"], acc["n_applied"]),
             **self.trust.metrics(),
         }
@@ -520,13 +470,8 @@ class PriorLayer:
             "normalisers": [n.state_dict() for n in self.normalisers],
             "control": self.control.tolist(),
             "trust": self.trust.state_dict(),
-            "labels": [(p.tolist(), y) for p, y in self.labels],
-            "refits_at_bound": self.refits_at_bound,
             "act_calls": self.act_calls,
             "last_env_step": self.last_env_step,
-            "last_refit_step": self.last_refit_step,
-            "refits": self.refits,
-            "refits_skipped": self.refits_skipped,
             "acc": dict(self._acc),
         }
 
@@ -542,13 +487,8 @@ class PriorLayer:
                              f"this layer has num_envs={self.num_envs}")
         self.control = control
         self.trust.load_state_dict(state["trust"])
-        self.labels = [(torch.tensor(p), int(y)) for p, y in state["labels"]]
-        self.refits_at_bound = int(state["refits_at_bound"])
         for normaliser, saved in zip(self.normalisers, state["normalisers"], strict=True):
             normaliser.load_state_dict(saved)
         self.act_calls = int(state["act_calls"])
         self.last_env_step = int(state["last_env_step"])
-        self.last_refit_step = None if state["last_refit_step"] is None else int(state["last_refit_step"])
-        self.refits = int(state["refits"])
-        self.refits_skipped = int(state.get("refits_skipped", 0))
         self._acc = {**_zero_acc(), **{k: float(v) for k, v in state["acc"].items()}}

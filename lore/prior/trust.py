@@ -17,7 +17,7 @@ Three pieces of evidence are added up and ``trust = sigmoid(trust_gain * evidenc
   standard errors, ``sign(t) max(|t| - t0, 0)``, for every source (advised episodes mix them all). Pooling
   keeps a small group with identical returns from claiming zero variance, and the dead zone keeps the
   statistic, read after every episode, from trusting advice on a chance excursion.
-- *step failures* (``prior.trust_step_failures``), harm only: :class:`StepFailures` compares how often the
+- *step failures*, harm only: :class:`StepFailures` compares how often the
   steps where the advice changed the action end the episode without reward with the agent's own steps
   (two-proportion z beyond the dead zone). It needs no reward to have been seen.
 
@@ -71,7 +71,7 @@ def replicated_best_action(q_draws: torch.Tensor, min_gap: float) -> tuple[torch
     A state labels its best action only when every draw (imagined latent sample x bootstrapped critic
     head) ranks the same action first and the mean margin over the runner-up exceeds ``min_gap``:
     near-ties, decided by noise, are the states where the draws disagree, and as labels they would
-    teach the temperature that good advice is wrong.
+    call good advice wrong.
     """
     if q_draws.dim() != 3 or q_draws.shape[2] < 2 or q_draws.shape[1] < 1:
         raise ValueError(f"q_draws must be [N, D, A] with D >= 1 and A >= 2, got {tuple(q_draws.shape)}")
@@ -217,8 +217,7 @@ class StepFailures:
 class AdviceTrust:
     """Per advice source: the value z-score EMA, plus the episode t and the step failures (see the module)."""
 
-    def __init__(self, decay: float, gain: float, episode_dead_zone: float = 1.0, step_failures: bool = False,
-                 value_weight: float = 1.0):
+    def __init__(self, decay: float, gain: float, episode_dead_zone: float = 1.0, value_weight: float = 1.0):
         if not 0.0 <= decay < 1.0:
             raise ValueError(f"prior.trust_decay must be in [0, 1), got {decay}")
         if not gain > 0:
@@ -230,7 +229,6 @@ class AdviceTrust:
         self.decay = float(decay)
         self.gain = float(gain)
         self.episode_dead_zone = float(episode_dead_zone)
-        self.step_failures = bool(step_failures)
         self.value_weight = float(value_weight)
         self.steps = StepFailures()
         self.episodes = EpisodeComparison()
@@ -255,9 +253,9 @@ class AdviceTrust:
         return 0.0 if self._count[name] == 0 else self._ema[name] / (1.0 - self.decay ** self._count[name])
 
     def step_failure_harm(self, name: str) -> float:
-        """Harm evidence from the immediate failures of the steps ``name``'s advice decided
-        (``prior.trust_step_failures``): :func:`harm_only` of :meth:`StepFailures.z`."""
-        return harm_only(self.steps.z(name), self.episode_dead_zone) if self.step_failures else 0.0
+        """Harm evidence from the immediate failures of the steps ``name``'s advice decided:
+        :func:`harm_only` of :meth:`StepFailures.z`."""
+        return harm_only(self.steps.z(name), self.episode_dead_zone)
 
     def evidence(self, name: str) -> float:
         """``value_weight`` x value z-score EMA + the episode t beyond its dead zone + the step-failure harm."""

@@ -28,7 +28,7 @@ numbers depend on history). The only file written in the run directory is the ou
 :class:`~lore.method.advisor.LLMBridge` and controller (fresh: full budget, no remembered
 answers), with the run's backend (``scripted`` works offline) and its advice trust and
 temperature from the checkpoint; training-only randomisation is off (beta dropout, control
-episodes, temperature refits), so every step may use the advice. CEM planning is not applied.
+episodes), so every step may use the advice. CEM planning is not applied.
 A non-inline backend (Gemini) is waited for, so that an answer applies where it was asked for.
 """
 
@@ -283,7 +283,7 @@ def _path_problem(path: Path, run_dir: Path) -> str:
 def _prior_eval_config(cfg: RunConfig) -> RunConfig:
     """The agent's config for ``--with-prior``: one env (so the prior layer keeps the u(s) of each act
     step, which the controller's trigger reads) and no training-only randomisation of beta."""
-    prior = dataclasses.replace(cfg.prior, dropout=0.0, control_episodes=0.0, align_temperature=False)
+    prior = dataclasses.replace(cfg.prior, dropout=0.0, control_episodes=0.0)
     return dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, num_envs=1), prior=prior)
 
 
