@@ -48,14 +48,14 @@ localrules:
 rule all:
     default_target: True
     input:
-        experiment_targets() if EXPERIMENTS else all_targets(),
+        experiment_targets() if config.get("experiment") else all_targets(),
 
 
 # ---------------------------------------------------------------- the console at the end
 onsuccess:
     from lore.analysis.status import workflow_lines
 
-    if EXPERIMENTS:
+    if config.get("experiment"):
         print("\n".join(experiment_lines()))
     else:
         print("\n".join(workflow_lines(runs_root(config), TRAIN_JOBS) + outputs_lines()))

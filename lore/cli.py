@@ -230,8 +230,8 @@ def _archive(args) -> int:
             print(f"lore: {same} of {len(results)} archived runs reproduced exactly at this commit")
             return 0 if same == len(results) else 1
         if args.check:
-            entries = ar.index_archive(Path(args.to))
-            print(ar.size_line(Path(args.to), list(entries.values())))
+            entries = ar.check_archive(Path(args.to))
+            print(ar.size_line(Path(args.to), [e.path for e in entries], sum(bool(e.retired) for e in entries)))
             return 0
         refused = 0
         counts = {True: 0, False: 0}

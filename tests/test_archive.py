@@ -327,3 +327,125 @@ def test_a_grid_with_an_archive_passes_it_to_every_training():
     base = {"envs": [DOORKEY], "ablations": ["rl_only"], "seeds": [0], "run": {"train.steps": 300}}
     assert "--archive" not in train_command_args(base, DOORKEY, "rl_only", 0)
     assert train_command_args({**base, "archive": "runs"}, DOORKEY, "rl_only", 0).endswith("--archive runs")
+
+
+# --------------------------------------------------------------------------- retired entries (removed variants)
+
+
+KNOB = "prior.removed_variant_knob"
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+@pytest.fixture
+def retired_knob(monkeypatch):
+    """A setting retired with neutral ``false`` (as a losing variant's switch is when the variant is removed)."""
+    from lore.config import retired
+
+    monkeypatch.setitem(retired.RETIRED, KNOB, False)
+
+
+def _removed_variant(folder: Path, seed: int = 0, value: object = True) -> Path:
+    """A finished synthetic run of a removed variant: its config holds :data:`KNOB` at ``value``, and its
+    ``done`` names the commit it trained at."""
+    run = _synthetic(folder, "full", seed)
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    cfg["prior"][KNOB.split(".")[1]] = value
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    done = json.loads((run / "done").read_text())
+    (run / "done").write_text(json.dumps({**done, "provenance": {"commit": COMMIT, "dirty": False}}))
+    return run
+
+
+@pytest.fixture
+def retired_archive(tmp_path, retired_knob) -> tuple[Path, Path, Path]:
+    """(archive, retired entry, current entry): a removed variant's run and a current run, archived."""
+    archive = tmp_path / "runs"
+    old, _ = ar.archive_run(_removed_variant(tmp_path / "results" / "old"), archive)
+    now, _ = ar.archive_run(_synthetic(tmp_path / "results" / "now", "full"), archive)
+    return archive, old, now
+
+
+def test_a_retired_entry_is_checked_kept_as_the_record_and_never_reused(retired_archive, capsys):
+    archive, old, now = retired_archive
+    entries = {e.path: e for e in ar.check_archive(archive)}
+    assert set(entries) == {old, now}
+    assert entries[old].retired == ((KNOB, True),) and entries[now].retired == ()
+    assert old.parent.name != now.parent.name  # the retired setting stays in its identity
+    assert ar.index_archive(archive) == {(entries[now].key, 0): now}
+    with pytest.raises(ar.ArchiveError, match=f"{KNOB}: true, a retired setting"):
+        ar.saved_identity(old)  # a run the code cannot run again is never reused from results/ either
+    assert lore_main(["archive", "--check", "--to", str(archive)]) == 0
+    line = capsys.readouterr().out.strip()
+    assert "\n" not in line and "2 entries (1 of removed variants, kept as the record), all valid" in line
+
+
+def test_a_removed_variants_run_in_results_is_not_reused(tmp_path, retired_knob):
+    from lore.analysis.experiment_plan import index_runs
+
+    _removed_variant(tmp_path / "results" / "old")
+    now = _synthetic(tmp_path / "results" / "now", "full")
+    assert list(index_runs(tmp_path / "results").values()) == [now]
+
+
+def _damage(path: Path, how: str) -> str:
+    if how == "truncated":
+        text = (path / "eval.csv").read_text()
+        (path / "eval.csv").write_text(text[: len(text) * 2 // 3])
+        return "truncated"
+    cfg = yaml.safe_load((path / "config.yaml").read_text())
+    if how == "other_setting":
+        cfg["prior"]["beta_max"] = 0.123
+    else:  # the retired setting itself at another non-neutral value
+        cfg["prior"][KNOB.split(".")[1]] = "other"
+    (path / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return "does not hash to its key"
+
+
+@pytest.mark.parametrize("how", ["truncated", "other_setting", "other_retired_value"])
+def test_a_damaged_retired_entry_is_refused_in_one_line(retired_archive, how):
+    archive, old, _ = retired_archive
+    needle = _damage(old, how)
+    _refused(archive, str(old), needle)
+    with pytest.raises(ar.ArchiveError) as info:
+        ar.check_archive(archive)
+    assert "\n" not in str(info.value) and str(old) in str(info.value)
+
+
+def test_a_retired_entry_at_its_neutral_value_is_an_ordinary_entry(tmp_path, retired_knob):
+    """The retired key at its neutral value is dropped: the entry is the current run, under the current key."""
+    archive = tmp_path / "runs"
+    neutral, _ = ar.archive_run(_removed_variant(tmp_path / "results" / "old", value=False), archive)
+    current = ar.archive_run(_synthetic(tmp_path / "results" / "now", "full"), tmp_path / "other")[0]
+    assert neutral.parent.name == current.parent.name
+    assert [e.retired for e in ar.check_archive(archive)] == [()]
+
+
+def test_a_retired_entry_cannot_be_reproduced_and_says_so_in_one_line(retired_archive, tmp_path, capsys):
+    from lore.analysis.reproduce import reproduce, sample_entries
+
+    archive, old, now = retired_archive
+    assert lore_main(["reproduce", "--archive", str(archive), "--match", old.parent.name]) == 2
+    line = capsys.readouterr().err.strip()
+    assert "\n" not in line and str(old) in line and f"{KNOB}: true" in line, line
+    assert f"trained at {COMMIT[:10]}" in line and "cannot be reproduced at this commit" in line
+    with pytest.raises(ar.ArchiveError, match="cannot be reproduced at this commit"):
+        reproduce(old, tmp_path / "work")
+    assert not (tmp_path / "work").exists()  # nothing trained
+    said: list[str] = []
+    assert sample_entries(archive, 2, report=said.append) == [now]  # a sample draws from the others
+    assert len(said) == 1 and "1 entry of removed variants" in said[0] and KNOB in said[0]
+
+
+def test_retiring_a_variants_setting_keeps_every_archived_key(monkeypatch):
+    """The archive's full-method runs hold ``prior.align_temperature: true``: once that setting is retired
+    (neutral false) they are retired entries under the keys they have, and every other entry is unchanged."""
+    from lore.config import load_yaml, retired
+
+    monkeypatch.setitem(retired.RETIRED, "prior.align_temperature", False)
+    root = REPO / ar.ARCHIVE_ROOT
+    entries = ar.check_archive(root)  # every entry's config still hashes to its folder's key
+    aligned = {p for p in ar.entry_dirs(root) if (load_yaml(p / "config.yaml").get("prior") or {}).get(
+        "align_temperature") is True}
+    assert aligned and {e.path for e in entries if e.retired} == aligned
+    assert all(e.retired == (("prior.align_temperature", True),) for e in entries if e.retired)
+    assert len(ar.index_archive(root)) == len(entries) - len(aligned)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -368,3 +369,92 @@ def test_imported_entries_are_complete_and_speak_to_users():
         assert entry["verdict"] in {"adopted", "rejected", "inconclusive", "not run", "reference"}
     text = (REPO / LOG).read_text().lower()
     assert "issue " not in text and "issue" not in np.array(text.split()).tolist()
+
+
+# --------------------------------------------------------------------------- decided experiments are closed
+
+
+def _record(root: Path, name: str = "exp", verdict: str = "adopt", commit: str | None = "abc1234") -> Path:
+    path = root / "docs" / "experiments" / "records" / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"name": name, "commit": commit, "verdict": verdict, "reason": "r", "scores": None,
+                                "comparison": []}))
+    return path
+
+
+def _experiments(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "lore.analysis.experiments", *args], cwd=root,
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+DECIDED = ("lore: error: exp: decided at abc1234 (verdict: adopt); its record is docs/experiments/records/exp.json "
+           "and its runs are archived in runs/; remove the record to run it again")
+
+
+def test_a_decided_experiment_is_neither_planned_nor_compared_again(tmp_path):
+    root = _workdir(tmp_path, {"exp": _decl()})
+    _record(root)
+    (root / "docs" / "experiments.md").write_text("old log\n")
+    before = _files(root)
+    for args in (("plan", "exp"), ("compare", "exp"), ("compare", "exp", "--record")):
+        proc = _experiments(root, *args)
+        assert proc.returncode == 2 and proc.stderr.strip() == DECIDED, (args, proc.stdout, proc.stderr)
+    assert _files(root) == before
+    from lore.analysis.experiment_log import ExperimentDecided
+
+    with pytest.raises(ExperimentDecided, match="exp: decided at abc1234"):
+        compare_experiment("exp", root)
+    # its declaration is still checked, and the log is still written from its record
+    assert _experiments(root, "check", "exp").returncode == 0
+    proc = _experiments(root, "log")
+    assert proc.returncode == 0, proc.stderr
+    assert "- Verdict: adopt (r)" in (root / "docs" / "experiments.md").read_text()
+
+
+def test_an_undecided_experiment_plans_and_records_once(tmp_path):
+    root = _workdir(tmp_path, {"exp": _decl()})
+    proc = _experiments(root, "plan", "exp")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("\tmissing\t") == 4 and "4 runs: 0 archived" in proc.stdout
+    _record(root, verdict="incomplete")  # a comparison with runs missing decides nothing
+    assert _experiments(root, "plan", "exp").returncode == 0
+    decl = load_declaration("exp", root)
+    curves = {"rl_only": [0.0, 0.1, 0.1, 0.2, 0.2, 0.2, 0.3], "full_half": [0.0, 0.5, 0.8, 0.9, 1.0, 1.0, 1.0]}
+    for run in plan(decl, root):
+        _finish(run, run.default_dir(root), root, eval_sr=curves[run.arm])
+    records = root / "docs" / "experiments" / "records"
+    assert compare_experiment("exp", root, record_dir=records)["verdict"] == "adopt"
+    proc = _experiments(root, "compare", "exp", "--record")  # a record is written once
+    assert proc.returncode == 2 and "exp: decided at" in proc.stderr and "(verdict: adopt)" in proc.stderr
+
+
+def test_selecting_a_decided_experiment_is_refused_and_all_leaves_it_out(tmp_path):
+    from lore.analysis.experiment_log import ExperimentDecided
+    from lore.analysis.experiment_plan import selected
+
+    root = _workdir(tmp_path, {"exp": _decl(), "other": _decl()})
+    _record(root, commit=None)
+    with pytest.raises(ExperimentDecided, match=r"^exp: decided at an unknown commit \(verdict: adopt\)"):
+        selected("other,exp", root)
+    said: list[str] = []
+    assert selected("all", root, report=said.append) == ["other"]
+    assert len(said) == 1 and "leaves out the decided exp" in said[0]
+    assert selected("other", root) == ["other"]
+
+
+def test_the_workflow_refuses_a_decided_experiment_and_runs_nothing_when_all_are_decided(tmp_path):
+    root = _workdir(tmp_path, {"exp": _decl()})
+    _record(root)
+    proc = run_snakemake(root, "-n", "--config", "experiment=exp", timeout=180)
+    assert proc.returncode != 0
+    assert DECIDED.removeprefix("lore: error: ") in proc.stdout + proc.stderr, proc.stderr[-2000:]
+    proc = run_snakemake(root, "-n", "--config", "experiment=all", timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "leaves out the decided exp" in proc.stderr
+    assert set(job_counts(proc.stdout)) <= {"all", "total"}  # neither the experiment's grid nor the main grid
+    assert not (root / "results").exists()

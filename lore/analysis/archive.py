@@ -10,6 +10,11 @@ A run's key is ``<ablation>-<hash>``, the hash of its identity: the resolved set
 defaults of the code reading it (seed and cache paths excluded). A setting added later with a default that
 keeps the old behaviour leaves every key as it was; a changed default changes the keys of the runs it
 touches.
+
+An entry whose config holds a retired setting (:data:`lore.config.retired.RETIRED`) at another value than its
+neutral one is a *retired entry*: the record of a variant that was removed. It is checked like any other entry,
+its key computed from its saved settings as they are, with the retired ones kept (:func:`read_identity`); it is
+never reused for a new run (:func:`index_archive` leaves it out) and cannot be reproduced at this commit.
 """
 
 from __future__ import annotations
@@ -63,6 +68,18 @@ class Entry:
     key: str
     seed: int
     path: Path
+    retired: tuple[tuple[str, object], ...] = ()
+    """The retired settings its config holds at a non-neutral value: empty unless a removed variant's run."""
+
+
+@dataclass(frozen=True)
+class Identity:
+    """A run's identity as its ``config.yaml`` gives it; ``retired`` as in :class:`Entry`."""
+
+    env: str
+    key: str
+    seed: int
+    retired: tuple[tuple[str, object], ...] = ()
 
 
 # --------------------------------------------------------------------------- run identity
@@ -82,33 +99,109 @@ def _defaults() -> dict:
     return _flat(to_dict(build_config(None, [], None)))
 
 
-def identity(config: dict) -> dict:
-    """``{dotted key: value}`` of a resolved config (``to_dict``) that differ from the code's defaults,
-    plus :data:`IDENTITY_KEPT`, minus :data:`IDENTITY_EXCLUDED`."""
-    flat, defaults = _flat(config), _defaults()
+def _identity_flat(flat: dict) -> dict:
+    defaults = _defaults()
     out = {k: v for k, v in flat.items() if k in IDENTITY_KEPT or k not in defaults or defaults[k] != v}
     for key in IDENTITY_EXCLUDED:
         out.pop(key, None)
     return out
 
 
-def run_key(ablation: str, config: dict) -> str:
-    """``<ablation>-<10 hex digits of the identity's hash>``: the run's folder name, the same wherever it runs."""
-    text = json.dumps(identity(config), sort_keys=True, separators=(",", ":"))
+def identity(config: dict) -> dict:
+    """``{dotted key: value}`` of a resolved config (``to_dict``) that differ from the code's defaults,
+    plus :data:`IDENTITY_KEPT`, minus :data:`IDENTITY_EXCLUDED`."""
+    return _identity_flat(_flat(config))
+
+
+def _key(ablation: str, ident: dict) -> str:
+    text = json.dumps(ident, sort_keys=True, separators=(",", ":"))
     return f"{ablation}-{hashlib.sha256(text.encode()).hexdigest()[:10]}"
 
 
-def saved_identity(run_dir: Path) -> tuple[str, str, int]:
-    """(env, key, seed) of a run directory from its ``config.yaml`` (ArchiveError naming it if unreadable)."""
-    from lore.config import ConfigError, config_from_saved, to_dict
+def run_key(ablation: str, config: dict) -> str:
+    """``<ablation>-<10 hex digits of the identity's hash>``: the run's folder name, the same wherever it runs."""
+    return _key(ablation, identity(config))
+
+
+_ABSENT = object()
+
+
+def retired_settings(data: dict) -> dict:
+    """``{dotted key: value}`` of the retired settings a saved config (nested, as read) holds at a value other
+    than their neutral one: the settings of a removed variant."""
+    from lore.config.retired import RETIRED, _is_neutral
+
+    found = {}
+    for key, neutral in RETIRED.items():
+        node: object = data
+        for part in key.split("."):
+            node = node.get(part, _ABSENT) if isinstance(node, dict) else _ABSENT
+        if node is not _ABSENT and not _is_neutral(node, neutral):
+            found[key] = node
+    return found
+
+
+def _without(data: dict, keys) -> dict:
+    """A copy of the nested ``data`` without the dotted ``keys`` (the sections on their path copied)."""
+    out = dict(data)
+    for key in keys:
+        *parents, name = key.split(".")
+        node = out
+        for part in parents:
+            node[part] = dict(node[part])
+            node = node[part]
+        del node[name]
+    return out
+
+
+def read_identity(run_dir: Path) -> Identity:
+    """The identity of a run directory from its ``config.yaml`` (ArchiveError naming it if unreadable).
+
+    A config the code reads (:func:`lore.config.config_from_saved`) hashes as :func:`run_key` hashes it. One
+    that holds retired settings at non-neutral values is a removed variant's run: its identity is its saved
+    settings as written (renamed values translated, neutral retired keys dropped) with those retired settings
+    kept, each other setting compared with the current defaults as :func:`identity` compares it.
+    """
+    from lore.config import ConfigError, config_from_saved, load_yaml, to_dict
+    from lore.config.retired import drop_retired
 
     path = run_dir / "config.yaml"
     _regular(path)
+
+    def unreadable(e: object) -> ArchiveError:
+        return ArchiveError(f"{path}: not a readable run config ({' '.join(str(e).split())[:200]})")
+
     try:
-        cfg = config_from_saved(path)
-    except (ConfigError, OSError) as e:
-        raise ArchiveError(f"{path}: not a readable run config ({' '.join(str(e).split())[:200]})") from None
-    return cfg.env.name, run_key(cfg.ablation, to_dict(cfg)), int(cfg.seed)
+        data = load_yaml(path)
+        retired = retired_settings(data) if isinstance(data, dict) else {}
+        if not retired:
+            cfg = config_from_saved(path)
+            return Identity(cfg.env.name, run_key(cfg.ablation, to_dict(cfg)), int(cfg.seed))
+        flat = {**_flat(drop_retired(_without(data, retired))), **retired}
+    except (ConfigError, OSError, TypeError, ValueError, RecursionError) as e:
+        raise unreadable(e) from None
+    env, ablation, seed = flat.get("env.name"), flat.get("ablation"), flat.get("seed")
+    if not (isinstance(env, str) and env and isinstance(ablation, str) and ablation
+            and isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0):
+        raise unreadable(f"env.name {env!r}, ablation {ablation!r}, seed {seed!r}: not a run's identity")
+    return Identity(env, _key(ablation, _identity_flat(flat)), seed, tuple(sorted(retired.items())))
+
+
+def saved_identity(run_dir: Path) -> tuple[str, str, int]:
+    """(env, key, seed) of a run the code can run again: a removed variant's run (:func:`read_identity`) is an
+    ArchiveError naming its retired setting, as is an unreadable config."""
+    ident = read_identity(run_dir)
+    if ident.retired:
+        raise ArchiveError(f"{run_dir / 'config.yaml'}: {retired_text(ident.retired)}")
+    return ident.env, ident.key, ident.seed
+
+
+def retired_text(retired) -> str:
+    """``prior.align_temperature: true, a retired setting (the variant was removed)``."""
+    from lore.config.retired import _yaml_text
+
+    names = ", ".join(f"{key}: {_yaml_text(value)}" for key, value in retired)
+    return f"{names}, {'a retired setting' if len(retired) == 1 else 'retired settings'} (the variant was removed)"
 
 
 # --------------------------------------------------------------------------- reading a run's files
@@ -223,7 +316,8 @@ def archive_run(run_dir: str | Path, root: str | Path = ARCHIVE_ROOT) -> tuple[P
     """Copy a finished run into the archive; returns (entry, whether it was written now).
 
     Refused with :class:`ArchiveError` (nothing written): a run without ``done`` or ``config.yaml``, a run a
-    live training holds, a run whose archived files would differ from an entry already there.
+    live training holds, a run whose archived files would differ from an entry already there. A removed
+    variant's run is archived under its key like any other (:func:`read_identity`).
     """
     run_dir, root = Path(run_dir), Path(root)
     if is_live(run_dir):
@@ -231,7 +325,8 @@ def archive_run(run_dir: str | Path, root: str | Path = ARCHIVE_ROOT) -> tuple[P
     for name in ("done", "config.yaml"):
         if not os.path.lexists(run_dir / name):
             raise ArchiveError(f"{run_dir}: not a finished run (no {name})")
-    env, key, seed = saved_identity(run_dir)
+    ident = read_identity(run_dir)
+    env, key, seed = ident.env, ident.key, ident.seed
     files = entry_files(run_dir)
     _check_done(run_dir, files["done"], files["eval.csv"])
     dest = entry_path(root, env, key, seed)
@@ -284,7 +379,8 @@ def _check_done(path: Path, done: bytes, eval_csv: bytes) -> dict:
 
 
 def check_entry(path: Path, root: Path) -> Entry:
-    """One archive entry, checked: layout, required files, identity, done against eval.csv, readable tables."""
+    """One archive entry, checked: layout, required files, identity, done against eval.csv, readable tables
+    (a retired entry as fully as any other; :attr:`Entry.retired` says it is one)."""
     from lore.analysis.runs import RunDataError, load_run
 
     parts = path.relative_to(root).parts
@@ -297,7 +393,8 @@ def check_entry(path: Path, root: Path) -> Entry:
     for name, what in REQUIRED_FILES.items():
         if name not in names:
             raise ArchiveError(f"{path}: lacks {what} ({name})")
-    env, key, seed = saved_identity(path)
+    ident = read_identity(path)
+    env, key, seed = ident.env, ident.key, ident.seed
     if (env, key, seed) != (parts[0], parts[1], int(parts[2][4:])):
         right = entry_path(root, env, key, seed)
         if right.is_dir():
@@ -309,7 +406,7 @@ def check_entry(path: Path, root: Path) -> Entry:
         load_run(path)
     except RunDataError as e:
         raise ArchiveError(f"{path}: {' '.join(str(e).split())[:300]}") from None
-    return Entry(env, key, seed, path)
+    return Entry(env, key, seed, path, ident.retired)
 
 
 def entry_dirs(root: Path) -> list[Path]:
@@ -327,17 +424,24 @@ def _children(path: Path) -> list[Path]:
     return [p for p in sorted(path.iterdir()) if not p.name.startswith(".seed")]
 
 
-def index_archive(root: str | Path = ARCHIVE_ROOT) -> dict[tuple[str, int], Path]:
-    """``(run key, seed) -> entry`` of every entry; the first bad or duplicated entry is an ArchiveError."""
+def check_archive(root: str | Path = ARCHIVE_ROOT) -> list[Entry]:
+    """Every entry of the archive, checked (retired ones included); the first bad or duplicated entry is an
+    ArchiveError."""
     root = Path(root)
-    found: dict[tuple[str, int], Path] = {}
+    found: dict[tuple[str, int], Entry] = {}
     for path in entry_dirs(root):
         entry = check_entry(path, root)
         other = found.get((entry.key, entry.seed))
         if other is not None:
-            raise ArchiveError(f"{path}: duplicates {other} (the same run twice)")
-        found[(entry.key, entry.seed)] = path
-    return found
+            raise ArchiveError(f"{path}: duplicates {other.path} (the same run twice)")
+        found[(entry.key, entry.seed)] = entry
+    return list(found.values())
+
+
+def index_archive(root: str | Path = ARCHIVE_ROOT) -> dict[tuple[str, int], Path]:
+    """``(run key, seed) -> entry`` of every entry a new run may reuse: every entry but the retired ones
+    (:func:`check_archive`; the first bad or duplicated entry is an ArchiveError)."""
+    return {(e.key, e.seed): e.path for e in check_archive(root) if not e.retired}
 
 
 def run_commit(run_dir: Path) -> str:
@@ -361,13 +465,14 @@ def commit_counts(folders: list[Path]) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def size_line(root: Path, entries: list[Path]) -> str:
-    """``N entries, bytes per run median M, max X, total T`` of the archive."""
+def size_line(root: Path, entries: list[Path], retired: int = 0) -> str:
+    """``N entries (M of removed variants, kept as the record), all valid; bytes per run ...`` of the archive."""
     sizes = sorted(sum(f.stat().st_size for f in p.iterdir()) for p in entries)
     if not sizes:
         return f"lore: archive {root}: no entries"
     median = sizes[len(sizes) // 2] if len(sizes) % 2 else (sizes[len(sizes) // 2 - 1] + sizes[len(sizes) // 2]) / 2
-    return (f"lore: archive {root}: {len(sizes)} entries, all valid; bytes per run: median {median:.0f}, "
+    kept = f" ({retired} of removed variants, kept as the record)" if retired else ""
+    return (f"lore: archive {root}: {len(sizes)} entries{kept}, all valid; bytes per run: median {median:.0f}, "
             f"max {sizes[-1]}; total {sum(sizes)}")
 
 
@@ -392,3 +497,9 @@ def restore_run(config: dict, run_dir: str | Path, root: str | Path = ARCHIVE_RO
         tmp.write_bytes(_read(entry / name))
         os.replace(tmp, run_dir / name)
     return entry
+
+
+def not_reproducible(entry: Path, retired) -> str:
+    """The line that says a retired entry cannot be reproduced here: its setting and its run's commit."""
+    return (f"{entry}: trained at {run_commit(entry)} with {retired_text(retired)}; "
+            "it cannot be reproduced at this commit")

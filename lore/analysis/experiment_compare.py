@@ -4,6 +4,9 @@
 (arm, vs, metric) as a paired difference with its bootstrap CI, decides with the declaration's rule
 (``adopt`` or ``select``) and writes ``comparison.csv``, ``comparison.md``, ``arms.csv``, ``fig_success.png``
 and ``verdict.json`` (and, when asked, the experiment's record).
+
+A decided experiment (:func:`lore.analysis.experiment_log.check_open`) is not compared again, and a record is
+written once: only a record of an ``incomplete`` comparison is written over.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from pathlib import Path
 
 from lore.analysis.archive import commit_counts
 from lore.analysis.experiment_declaration import METRICS, Declaration, load_declaration
-from lore.analysis.experiment_log import commits_text, read_record
+from lore.analysis.experiment_log import UNDECIDED, ExperimentDecided, check_open, commits_text, read_record
 from lore.analysis.experiment_plan import RESULTS_DIR, PlannedRun, comparisons, run_dirs
 
 CONFIDENCE, RESAMPLES = 0.95, 2000
@@ -266,10 +269,17 @@ def record(decl: Declaration, table, decided: dict, commit: str | None, run_comm
 
 def compare_experiment(name: str, root: Path = Path("."), out: Path | None = None, record_dir: Path | None = None,
                        results_root: Path | None = None) -> dict:
-    """Compare an experiment's runs, write ``comparison.csv``/``comparison.md``/``verdict.json`` and its record."""
+    """Compare an undecided experiment's runs, write ``comparison.csv``/``comparison.md``/``verdict.json`` and
+    its record (in ``record_dir``, where a decided record of it is an ExperimentDecided too)."""
     from lore.utils.io import atomic_write_text
 
     decl = load_declaration(name, root)
+    check_open(name, root)
+    previous = record_dir / f"{name}.json" if record_dir is not None else None
+    old = read_record(previous) if previous is not None and (previous.exists() or previous.is_symlink()) else None
+    if old is not None and old["verdict"] != UNDECIDED:
+        raise ExperimentDecided(f"{name}: decided at {old.get('commit') or 'an unknown commit'} (verdict: "
+                                f"{old['verdict']}); its record {previous} is written once")
     pairs = run_dirs(decl, root, results_root)
     metrics_table = run_metrics_table(pairs)
     table = comparison_table(decl, metrics_table)
@@ -281,11 +291,8 @@ def compare_experiment(name: str, root: Path = Path("."), out: Path | None = Non
     out = out or root / RESULTS_DIR / name
     run_commits = commit_counts([folder for _, folder in pairs if (folder / "done").is_file()])
     rec = record(decl, table, decided, current_commit(root), run_commits)
-    previous = record_dir / f"{name}.json" if record_dir is not None else None
-    if previous is not None and (previous.exists() or previous.is_symlink()):  # read before anything is written
-        old = read_record(previous)
-        if old.get("note") and old.get("verdict") == rec["verdict"]:  # a note on the same verdict stays with it
-            rec["note"] = old["note"]
+    if old is not None and old.get("note") and old["verdict"] == rec["verdict"]:  # a note on the same verdict stays
+        rec["note"] = old["note"]
     atomic_write_text(out / "comparison.csv", table.to_csv(index=False, float_format="%.6g"))
     experiment_figure(decl, pairs, out)
     arms = arm_table(decl, metrics_table)

@@ -1,6 +1,10 @@
 """Experiment records (``docs/experiments/records/<name>.json``, the numbers of a comparison that ran),
 the imported entries of experiments run before declarations existed, and the experiment log
 ``docs/experiments.md`` written from the declarations and both.
+
+An experiment whose record holds a verdict (any but ``incomplete``) is decided, and closed: it is not planned,
+compared or run again (:func:`check_open`), since the current defaults would make it a different grid that
+answers another question. Its record and its archived runs are what it found.
 """
 
 from __future__ import annotations
@@ -48,6 +52,40 @@ def _read_checked(path: Path, what: str, parse):
     except (ValueError, RecursionError) as e:
         raise ExperimentError(f"{path}: not a valid {what} ({' '.join(str(e).split())[:160] or 'nested too deeply'})"
                               ) from None
+
+
+class ExperimentDecided(ExperimentError):
+    """A decided experiment asked to plan, compare or run again (:func:`check_open`)."""
+
+
+UNDECIDED = "incomplete"
+"""The verdict of a comparison with runs missing: its record decides nothing and the experiment stays open."""
+
+
+def decided_record(name: str, root: Path = Path(".")) -> dict | None:
+    """The record of experiment ``name`` if it is decided (a record with a verdict other than
+    :data:`UNDECIDED`), else None; a record that cannot be read is an ExperimentError naming it."""
+    path = record_path(name, root)
+    if not path.exists() and not path.is_symlink():
+        return None
+    rec = read_record(path)
+    return None if rec["verdict"] == UNDECIDED else rec
+
+
+def decided_line(name: str, rec: dict) -> str:
+    """The one line that refuses to run a decided experiment again."""
+    from lore.analysis.archive import ARCHIVE_ROOT
+
+    return (f"{name}: decided at {rec.get('commit') or 'an unknown commit'} (verdict: {rec['verdict']}); "
+            f"its record is {RECORDS_DIR / f'{name}.json'} and its runs are archived in {ARCHIVE_ROOT}/; "
+            "remove the record to run it again")
+
+
+def check_open(name: str, root: Path = Path(".")) -> None:
+    """ExperimentDecided (:func:`decided_line`) when experiment ``name`` is decided."""
+    rec = decided_record(name, root)
+    if rec is not None:
+        raise ExperimentDecided(decided_line(name, rec))
 
 
 RECORD_FIELDS = {"name": (str,), "verdict": (str,), "reason": (str,), "commit": (str, type(None)),

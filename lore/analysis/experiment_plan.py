@@ -1,6 +1,10 @@
 """The runs an experiment needs: its arms and the baseline's arms it is compared with, each identified
 by its resolved configuration and seed (:func:`lore.analysis.archive.run_key`), so a run shared with the
 baseline or another experiment is trained once and found wherever it finished (:func:`index_runs`).
+
+A decided experiment (:func:`lore.analysis.experiment_log.check_open`) is not planned again: its plan
+(:func:`experiment_cost`) and its selection in the workflow (:func:`selected`) are refused in one line, and
+``experiment=all`` leaves it out.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from lore.analysis.experiment_declaration import (
     resolve_overrides,
     run_overrides,
 )
+from lore.analysis.experiment_log import RECORDS_DIR, check_open, decided_record
 
 RESULTS_DIR = Path("results/experiments")
 """Where experiment runs (``runs/<env>/<key>/seed<k>``) and comparisons (``<name>/``) are written."""
@@ -158,23 +163,36 @@ def train_args(run: PlannedRun, run_dir: Path | str) -> list[str]:
     return ["--ablation", run.ablation, "--seed", str(run.seed), *set_args(overrides)]
 
 
-def selected(value: object, root: Path = Path(".")) -> list[str]:
-    """The experiments ``--config experiment=...`` names: one name, a comma-separated list, or ``all``."""
+def selected(value: object, root: Path = Path("."), report=None) -> list[str]:
+    """The experiments ``--config experiment=...`` names: one name, a comma-separated list, or ``all``.
+
+    A decided experiment named is an ExperimentDecided; ``all`` is every undecided one (``report`` gets one
+    line naming the decided ones it leaves out)."""
     if value in (None, ""):
         return []
-    names = declared_names(root) if value == "all" else [n.strip() for n in str(value).split(",") if n.strip()]
+    if value == "all":
+        names = declared_names(root)
+        closed = [name for name in names if decided_record(name, root) is not None]
+        if closed and report is not None:
+            report(f"lore: experiment=all leaves out the decided {', '.join(closed)} (records in "
+                   f"{RECORDS_DIR}/)")
+        return [name for name in names if name not in closed]
+    names = [n.strip() for n in str(value).split(",") if n.strip()]
     for name in names:
         if not declaration_path(name, root).is_file():
             raise ExperimentError(f"experiment {name!r}: no file {declaration_path(name, root)} "
                                   f"(declared: {', '.join(declared_names(root)) or 'none'})")
+    for name in names:
+        check_open(name, root)
     return names
 
 
 def experiment_cost(name: str, root: Path = Path("."), cores: int = 1):
-    """(run states in launch order, cost summary) of a declared experiment (lore.analysis.launch)."""
+    """(run states in launch order, cost summary) of a declared, undecided experiment (lore.analysis.launch)."""
     from lore.analysis.launch import cost_summary, measured_times, run_states
 
     decl = load_declaration(name, root)
+    check_open(name, root)
     states = run_states(decl, run_dirs(decl, root), root)
     finished = list(index_archive(root / ARCHIVE_ROOT).values()) + list(index_runs(root / "results").values())
     return states, cost_summary(decl, states, measured_times(finished), cores)

@@ -3,7 +3,8 @@
 The command line of declared experiments (``config/experiments/<name>.yaml``): declarations are loaded
 and checked in :mod:`lore.analysis.experiment_declaration`, their runs planned in
 :mod:`lore.analysis.experiment_plan`, compared and decided in :mod:`lore.analysis.experiment_compare`, and
-the experiment log written in :mod:`lore.analysis.experiment_log`.
+the experiment log written in :mod:`lore.analysis.experiment_log`. An experiment with a record (a verdict) is
+decided: ``plan`` and ``compare`` refuse it in one line; ``check``, ``note`` and ``log`` still read it.
 
     python -m lore.analysis.experiments check [NAME ...]     # validate declarations (exit 2 on the first error)
     python -m lore.analysis.experiments plan NAME             # the runs it needs, and which exist

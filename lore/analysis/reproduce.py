@@ -1,5 +1,8 @@
 """Re-run archived runs at the current commit and compare each new ``eval.csv`` with the archived one, byte
-for byte: training is deterministic on one machine, so a change that alters no number reproduces every run."""
+for byte: training is deterministic on one machine, so a change that alters no number reproduces every run.
+
+A retired entry (a removed variant's run, :mod:`lore.analysis.archive`) cannot be trained at this commit: it is
+never drawn, and asking for it is one line naming its retired setting and the commit it was trained at."""
 
 from __future__ import annotations
 
@@ -9,7 +12,14 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from lore.analysis.archive import ARCHIVE_ROOT, ArchiveError, index_archive, run_commit
+from lore.analysis.archive import (
+    ARCHIVE_ROOT,
+    ArchiveError,
+    check_archive,
+    not_reproducible,
+    read_identity,
+    run_commit,
+)
 
 
 @dataclass(frozen=True)
@@ -20,14 +30,27 @@ class Reproduction:
     detail: str
 
 
-def sample_entries(root: Path, count: int, seed: int = 0, match: str | None = None) -> list[Path]:
+def sample_entries(root: Path, count: int, seed: int = 0, match: str | None = None, report=None) -> list[Path]:
     """``count`` entries drawn at random (``seed``), one per ablation first so a sample covers the arms;
-    ``match``: only entries whose ``<env>/<key>`` path contains it."""
-    entries = sorted(index_archive(root).values())
+    ``match``: only entries whose ``<env>/<key>`` path contains it. Retired entries are left out (``report``
+    gets one line saying how many); when only retired entries match, an ArchiveError says why."""
+    checked = check_archive(root)
     if match:
-        entries = [p for p in entries if match in str(p.relative_to(root))]
-    if not entries:
+        checked = [e for e in checked if match in str(e.path.relative_to(root))]
+    if not checked:
         raise ArchiveError(f"{root}: no archived run{' matches ' + repr(match) if match else ''}")
+    retired = sorted((e for e in checked if e.retired), key=lambda e: e.path)
+    entries = sorted(e.path for e in checked if not e.retired)
+    if not entries:
+        others = len(retired) - 1
+        more = f" (as {'is' if others == 1 else 'are'} {others} other matching {'entry' if others == 1 else 'entries'})"
+        more = more if others else ""
+        raise ArchiveError(not_reproducible(retired[0].path, retired[0].retired) + more)
+    if retired and report is not None:
+        settings = sorted({key for e in retired for key, _ in e.retired})
+        report(f"lore: {len(retired)} {'matching ' if match else ''}{'entry' if len(retired) == 1 else 'entries'} "
+               "of removed variants "
+               f"({', '.join(settings)}) cannot be reproduced at this commit; drawing from the other {len(entries)}")
     rng = random.Random(seed)
     rng.shuffle(entries)
     by_ablation: dict[str, list[Path]] = {}
@@ -50,10 +73,14 @@ def first_difference(a: bytes, b: bytes) -> str:
 
 
 def reproduce(entry: Path, work: Path) -> Reproduction:
-    """Train the entry's config afresh in ``work`` and compare the two ``eval.csv``."""
+    """Train the entry's config afresh in ``work`` and compare the two ``eval.csv`` (a retired entry is an
+    ArchiveError, nothing trained)."""
     from lore.config import config_from_saved
     from lore.train.trainer import train
 
+    retired = read_identity(entry).retired
+    if retired:
+        raise ArchiveError(not_reproducible(entry, retired))
     cfg = config_from_saved(entry / "config.yaml")
     if cfg.llm.cache_path is not None:
         cfg.llm.cache_path = str(work / "llm_cache.sqlite")
@@ -67,7 +94,7 @@ def reproduce_sample(root: Path = ARCHIVE_ROOT, count: int = 2, seed: int = 0, m
                      keep: Path | None = None, report=print) -> list[Reproduction]:
     """Reproduce a sample of the archive (each run in a fresh folder under ``keep``, or a temporary one)."""
     out = []
-    for entry in sample_entries(root, count, seed, match):
+    for entry in sample_entries(root, count, seed, match, report):
         work = Path(tempfile.mkdtemp(prefix="lore-reproduce-", dir=keep))
         try:
             result = reproduce(entry, work)

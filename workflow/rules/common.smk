@@ -221,11 +221,19 @@ from lore.analysis import experiment_plan as EXP_PLAN
 
 from lore.analysis import launch as EXP_LAUNCH
 
+def _exp_report(line):
+    if workflow.is_main_process:
+        print(line, file=sys.stderr)
+
+
+# A decided experiment (one with a record) is closed: naming it is refused, `experiment=all` leaves it out.
 try:
-    EXPERIMENTS = EXP_PLAN.selected(config.get("experiment"))
+    EXPERIMENTS = EXP_PLAN.selected(config.get("experiment"), report=_exp_report)
     _EXP_PAIRS = {name: EXP_PLAN.run_dirs(EXP_DECL.load_declaration(name)) for name in EXPERIMENTS}
     _EXP_STATES = {name: EXP_LAUNCH.run_states(EXP_DECL.load_declaration(name), _EXP_PAIRS[name])
                    for name in EXPERIMENTS}
+except EXP_LOG.ExperimentDecided as e:
+    raise WorkflowError(f"lore: {' '.join(str(e).split())}") from None
 except EXP_DECL.ExperimentError as e:
     raise WorkflowError(f"invalid experiment: {' '.join(str(e).split())}") from None
 
