@@ -364,6 +364,8 @@ def _prior_run(kl, lam, *, bound=2.0, lam_max=10.0, trust=(0.5, 0.2), ablation="
                             "trust_llm": np.linspace(*trust, len(kl)), "temperature": [1.0, 1.0, 0.7, 0.9][: len(kl)],
                             "temperature_refits": [0, 0, 1, 2][: len(kl)],
                             "temperature_refits_at_bound": [0, 0, 0, 1][: len(kl)]})
+    # the temperature refit counters and align_temperature are what runs logged before temperature
+    # alignment was retired: the analysis must ignore them
     config = {"train": {"prefill": 300}, "prior": {"enabled": True, "kl_mode": "lagrangian", "kl_bound": bound,
                                                    "lambda_max": lam_max, "align_temperature": True}}
     empty = pd.DataFrame()
@@ -379,8 +381,7 @@ def test_prior_run_metrics_read_what_the_prior_did_after_the_prefill():
     assert out["kl_mix_wm_avg"] == pytest.approx(0.9)
     assert out["lambda_below_max_frac"] == pytest.approx(1 / 3)
     assert out["trust_llm_last"] == pytest.approx(0.2)
-    assert out["temperature_refits_last"] == 2 and out["temperature_refits_at_bound_last"] == 1
-    assert (out["temperature_lo"], out["temperature_hi"]) == (0.7, 1.0)
+    assert not {k for k in out if k.startswith("temperature")}  # retired temperature alignment: ignored
     assert "trust_low_step" not in out  # the arm has no advice trust
     # advice caught: the first logged step with act-time trust < 0.1 after the prefill, and how often it is
     run.config["prior"]["trust"] = True
@@ -536,7 +537,7 @@ def test_setup_text_reports_what_ran(findings_grid):
     advisor = plain(advisor_sentence(tables))
     assert "none" not in advisor and r"(backend \texttt{scripted})" in advisor
     arms = plain(arms_text(tables, settings, ENV))
-    assert "noisy" not in arms and "adversarial" not in arms and "temperature alignment" in arms
+    assert "noisy" not in arms and "adversarial" not in arms and "temperature" not in arms
     goals = " ".join(goal_items(tables, settings, ENV))
     assert "RL alone (" in goals and "Rl alone" not in goals
     macros = setup_macros(tables, settings, ENV)
@@ -544,19 +545,98 @@ def test_setup_text_reports_what_ran(findings_grid):
     assert macros["loreSeedsPerArm"] == "3--4" and macros["loreLLMBackend"] == "scripted"
 
 
-def test_temperature_sentence_says_when_alignment_never_refitted():
-    from lore.analysis.aggregate import prior_run_metrics
-    from lore.analysis.paper_method import temperature_sentence
+NEW_FULL = {"llm.backend": "scripted", "prior.enabled": True, "prior.gate": "fixed", "prior.kl_mode": "lagrangian",
+            "prior.trust": True, "features.enabled": False, "plan.enabled": False, "distill.enabled": False,
+            "advisor.mode": "good"}
+"""The resolved settings of the default ``full`` chosen by decide_default (lore/ablations.py)."""
 
-    run = _prior_run([0.1, 0.4, 0.5, 0.8], [0.0, 1.0, 2.0, 3.0])
-    run.metrics["temperature_refits"] = 0
-    run.metrics["temperature"] = 1.0
-    row = {"env": run.env, "ablation": "full", "seed": 0, "cfg_prior_align_temperature": True,
-           **prior_run_metrics(run)}
+
+def _method_tables(**arms: dict) -> Tables:
+    """A run table with one run per arm whose config columns are ``arms[arm]`` (dotted keys)."""
+    rows = [{"env": ENV, "ablation": arm, "seed": 0, "final_sr": 0.5,
+             **{"cfg_" + k.replace(".", "_"): v for k, v in cfg.items()}} for arm, cfg in arms.items()]
     empty = pd.DataFrame()
-    tables = Tables(runs=pd.DataFrame([row]), eval_points=empty, stats=empty, improvement=empty, achievements=empty)
-    text = plain(temperature_sentence(tables, ENV))
-    assert r"\texttt{full}: enabled but never refitted in any run, so it did not act ($T$ between 1.00 and 1.00" in text
+    return Tables(runs=pd.DataFrame(rows), eval_points=empty, stats=empty, improvement=empty, achievements=empty)
+
+
+def test_method_text_for_the_new_full_names_neither_gate_nor_temperature_alignment():
+    from lore.analysis.paper_method import arms_text, full_components
+    from lore.analysis.paper_results import goal_items
+
+    tables = _method_tables(full=NEW_FULL, kl_adversarial={**NEW_FULL, "prior.trust": False,
+                                                           "advisor.mode": "adversarial"},
+                            full_adversarial={**NEW_FULL, "advisor.mode": "adversarial"})
+    parts = plain(full_components(tables, ENV))
+    assert parts == r"a fixed $\beta$, advice trust and KL control (trust region and distillation)"
+    text = plain(arms_text(tables, AnalysisSettings(), ENV))
+    full = next(s for s in text.removeprefix("In this grid ").split("; ") if s.startswith(r"\texttt{full} "))
+    for word in ("gate", "temperature", "feature"):
+        assert word not in full.lower(), f"{word!r} described as part of full: {full}"
+    assert r"without the advice trust that \texttt{full\_adversarial} adds" in text
+    stats = pd.DataFrame([{"env": ENV, "ablation": a, "metric": "final_sr", "iqm": 0.4, "n": 5}
+                          for a in ("rl_only", "full_adversarial", "kl_adversarial")])
+    tables = Tables(runs=tables.runs, eval_points=pd.DataFrame(), stats=stats, improvement=pd.DataFrame(),
+                    achievements=pd.DataFrame())
+    beside = [plain(g) for g in goal_items(tables, AnalysisSettings(), ENV) if "beside it" in g]
+    assert len(beside) == 1 and "without the advice trust that" in beside[0] and "gate" not in beside[0]
+    # the check has teeth: runs of the former full (gate, temperature alignment, features) are described as such
+    old = _method_tables(full={**NEW_FULL, "prior.gate": "uncertainty", "features.enabled": True,
+                               "prior.align_temperature": True})
+    assert "uncertainty gate" in full_components(old, ENV) and "LLM features" in full_components(old, ENV)
+
+
+def _decision_checkout(root, record: dict | None):
+    """A checkout with the decide_default declaration (the real one) and, if given, its record."""
+    import shutil
+    from pathlib import Path
+
+    decl = root / "config" / "experiments" / "decide_default.yaml"
+    decl.parent.mkdir(parents=True)
+    shutil.copy(Path(__file__).resolve().parents[1] / "config" / "experiments" / "decide_default.yaml", decl)
+    if record is not None:
+        path = root / "docs" / "experiments" / "records" / "decide_default.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps(record))
+    return root
+
+
+def _auc_row(env, arm, low, high):
+    return {"env": env, "arm": arm, "vs": "rl_only", "metric": "auc", "n_arm": 5, "n_vs": 5, "n_paired": 5,
+            "mean_arm": 0.3, "mean_vs": 0.3, "difference": (low + high) / 2, "low": low, "high": high,
+            "p_improvement": 0.5}
+
+
+def test_default_choice_is_read_from_the_decide_default_record(tmp_path):
+    from lore.analysis.paper_method import default_choice_sentence
+
+    tables = _method_tables(full=NEW_FULL)
+    lava, crossing, doorkey = "MiniGrid-LavaGapS5-v0", "MiniGrid-SimpleCrossingS9N1-v0", "MiniGrid-DoorKey-5x5-v0"
+    rows = [_auc_row(env, f"{cand}_adversarial", *((-0.2, -0.01) if bad else (-0.05, 0.1)))
+            for cand, bad_env in (("simple", lava), ("gated", lava), ("full", crossing))
+            for env in (doorkey, lava, crossing) for bad in (env == bad_env,)]
+    record = {"name": "decide_default", "commit": "abc", "run_commits": {}, "verdict": "none",
+              "reason": "no candidate meets every requirement",
+              "scores": {"simple": 0.421, "gated": 0.423, "full": 0.428}, "comparison": rows}
+    text = plain(default_choice_sentence(tables, _decision_checkout(tmp_path / "with", record)))
+    assert "3 designs" in text and "3 environments with 5 seeds each" in text
+    assert r"failed for \texttt{simple} on LavaGapS5, for \texttt{gated} on LavaGapS5 and for \texttt{full} on " \
+           "SimpleCrossingS9N1" in text
+    assert "0.421 for \\texttt{simple}, 0.423 for \\texttt{gated} and 0.428 for \\texttt{full}" in text
+    assert r"within 0.01 of it" in text and r"fewest mechanisms, \texttt{simple}, became the default" in text
+    assert "predate" not in text and r"which \texttt{full} now runs" in text
+    former = _method_tables(full={**NEW_FULL, "prior.gate": "uncertainty", "features.enabled": True})
+    assert "predate that choice and ran with the uncertainty gate and LLM features" in plain(
+        default_choice_sentence(former, tmp_path / "with"))
+    # a selecting verdict is quoted as such; no record: a placeholder without numbers
+    picked = plain(default_choice_sentence(tables, _decision_checkout(
+        tmp_path / "select", {**record, "verdict": "select gated"})))
+    assert r"The rule selected \texttt{gated}" in picked and "No design met" not in picked
+    missing = default_choice_sentence(tables, _decision_checkout(tmp_path / "without", None))
+    assert "has no record in this checkout" in missing and not any(c.isdigit() for c in missing)
+    corrupt = _decision_checkout(tmp_path / "corrupt", None) / "docs" / "experiments" / "records"
+    corrupt.mkdir(parents=True)
+    (corrupt / "decide_default.json").write_text("{not json")
+    assert "has no record" in default_choice_sentence(tables, tmp_path / "corrupt")
 
 
 def test_signed_differences_print_a_minus_sign():

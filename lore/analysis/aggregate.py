@@ -95,7 +95,9 @@ def run_metrics(run: Run, settings: AnalysisSettings) -> dict[str, float]:
 TRAIN_TAIL_FRACTION = 0.25
 """``train_sr_final``: success rate of the training episodes ending in this last share of a run's steps."""
 
-PRIOR_LAST = ("trust_llm", "trust_act_llm", "trust_plan", "temperature_refits", "temperature_refits_at_bound")
+PRIOR_LAST = ("trust_llm", "trust_act_llm", "trust_plan")
+"""Logged last values the run table keeps (older runs' metrics.csv may also hold the retired temperature
+refit counters of temperature alignment; they are ignored)."""
 PRIOR_MEAN = ("beta_mean", "prior_mask_frac", "kl_mix_wm", "kl_mix_wm_train", "beta_disagree", "beta_agree", "u_entropy_frac_disagree",
               "u_entropy_frac_agree", "u_value_ratio_disagree", "u_value_ratio_agree",
               "u_disagreement_ratio_disagree", "u_disagreement_ratio_agree")
@@ -127,9 +129,9 @@ def loop_run_metrics(run: Run) -> dict[str, float]:
 def prior_run_metrics(run: Run) -> dict[str, float]:
     """What the prior layer did in one run, from metrics.csv after the prefill (empty without a prior).
 
-    ``<name>_last``: last logged value (trust, refit counters); ``<name>_avg``: mean over log points;
+    ``<name>_last``: last logged value (trust); ``<name>_avg``: mean over log points;
     ``kl_act_max``: the largest logged act-time KL(pi_mix || pi_wm) on advised states;
-    ``lambda_below_max_frac``: share of log points with lambda < lambda_max; ``temperature_lo/hi``: T range;
+    ``lambda_below_max_frac``: share of log points with lambda < lambda_max;
     ``trust_low_step``: first logged env step with the LLM's act-time trust below :data:`TRUST_LOW` (absent if
     never), ``trust_low_frac``: share of log points where it is, how soon and how steadily advice is caught.
     """
@@ -168,9 +170,6 @@ def prior_run_metrics(run: Run) -> dict[str, float]:
         out["trust_low_frac"] = float(low[np.isfinite(trust)].mean()) if np.isfinite(trust).any() else math.nan
         if low.any():
             out["trust_low_step"] = float(m["env_step"].to_numpy(float)[low.argmax()])
-    temps = finite("temperature")
-    if temps.size and prior.get("align_temperature"):
-        out["temperature_lo"], out["temperature_hi"] = float(temps.min()), float(temps.max())
     return out
 
 

@@ -6,7 +6,7 @@ The rule ``benchmark_report`` (``workflow/rules/benchmark_report.smk``, run for
 
 - ``README.md``: per environment and arm the eval success rate at each budget and the AUC (mean and
   95% bootstrap CI over seeds, n stated), LLM API calls, the quantities that show each part of the
-  prior acting (trust, gate separation, KL against its bound, temperature refits), and the
+  prior acting (trust, gate separation, KL against its bound), and the
   targets, each marked met / not met by the numbers;
 - ``summary.csv``: the per-arm table of ``README.md`` as numbers;
 - ``figures/``: the figures the README cites; ``tables/``: the CSV tables of ``lore aggregate``.
@@ -123,14 +123,12 @@ PRIOR_COLUMNS = {
     "act KL mean / max": ("kl_mix_wm_avg", "kl_act_max", "{:.2f} / {:.2f}"),
     "KL bound": ("cfg_prior_kl_bound", None, "{:g}"),
     "λ < λ_max": ("lambda_below_max_frac", None, "{:.0%}"),
-    "T refits (at bound)": ("temperature_refits_last", "temperature_refits_at_bound_last", "{:.1f} ({:.1f})"),
-    "T range": ("temperature_lo", "temperature_hi", "{:.2f}–{:.2f}"),
 }
 
 
 def prior_rows(env_runs: pd.DataFrame) -> list[str]:
     """What each part of the prior did: per-run quantities from `lore aggregate`, mean over seeds
-    (the KL maximum and T range are taken over seeds). d / a = advised states where the advice's top
+    (the KL maximum is taken over seeds). d / a = advised states where the advice's top
     action differs from / equals the policy's."""
     prior = env_runs[env_runs["beta_mean_avg"].notna()] if "beta_mean_avg" in env_runs else env_runs.iloc[:0]
     if not len(prior):
@@ -148,8 +146,6 @@ def prior_rows(env_runs: pd.DataFrame) -> list[str]:
                 return {"mean": values.mean(), "max": values.max(), "min": values.min()}[how]
             if first == "kl_mix_wm_avg":
                 values = (pick(first), pick(second, "max"))
-            elif first == "temperature_lo":
-                values = (pick(first, "min"), pick(second, "max"))
             else:
                 values = (pick(first),) if second is None else (pick(first), pick(second))
             cells.append("—" if any(math.isnan(v) for v in values) else fmt.format(*values))
@@ -304,7 +300,7 @@ def targets(stats: pd.DataFrame, runs_table: pd.DataFrame, env: str, last: int,
                                    "the regret itself, seeds resampled"))
     if have("full_adversarial", "kl_adversarial"):
         out.append(difference_line(runs_table, env, "full_adversarial", "kl_adversarial", settings,
-                                   "what `full` adds to `kl` (gate, trust, temperature, features) under the adversary"))
+                                   "what `full` adds to `kl` (the advice trust) under the adversary"))
     if have("full_noisy", "full", "full_adversarial"):
         n, f, a = (mean_of(stats, env, x, auc) for x in ("full_noisy", "full", "full_adversarial"))
         out.append(f"- `full_noisy` AUC between adversarial and good: {a:.3f} ≤ {n:.3f} ≤ {f:.3f} → "

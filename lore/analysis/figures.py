@@ -3,7 +3,7 @@
 - ``fig1_success``: eval success rate vs env steps, mean over seeds with a 95% bootstrap band, one
   small panel per arm against the baseline, with the untrained policy's success as the floor.
 - ``prior_dynamics``: beta (the mixing weight), advice trust and LLM-call density over time.
-- ``kl_traces``: KL(pi_mix || pi_wm), the Lagrange multiplier lambda, policy entropy, temperature T
+- ``kl_traces``: KL(pi_mix || pi_wm), the Lagrange multiplier lambda, policy entropy
   (a 2 x 2 block per environment, each panel only with the arms the quantity applies to).
 - ``iqm_intervals``: IQM of eval success rate with CIs per ablation at each budget (one panel for the
   last budget when it is the end of training).
@@ -357,7 +357,7 @@ def ablation_uses_trust(metrics: pd.DataFrame) -> bool:
     return bool(len(values)) and bool((values - 0.5).abs().max() > 1e-9)
 
 
-# --------------------------------------------------------------------------- KL, lambda, entropy, T
+# --------------------------------------------------------------------------- KL, lambda, entropy
 
 
 def _prior_cfg(run: Run) -> dict:
@@ -375,11 +375,10 @@ TRACE_PANELS = (
      lambda run: bool(_prior_cfg(run).get("enabled"))),
     ("lambda_kl", r"multiplier $\lambda$", _lagrangian),
     ("entropy_wm", r"entropy of $\pi_{wm}$ (nats)", lambda run: True),
-    ("temperature", "prior temperature $T$",
-     lambda run: bool(_prior_cfg(run).get("enabled")) and bool(_prior_cfg(run).get("align_temperature"))),
 )
-"""(metrics column, axis label, which runs the panel shows): lambda only where KL control runs, T only
-where temperature alignment runs, so no panel carries flat lines of arms the quantity does not apply to."""
+"""(metrics column, axis label, which runs the panel shows): lambda only where KL control runs, so no
+panel carries flat lines of arms the quantity does not apply to. The prior temperature T is a fixed
+setting (temperature alignment was retired), so older runs' logged T is not drawn."""
 
 
 def kl_bounds(runs: list[Run]) -> list[float]:
@@ -393,7 +392,8 @@ def kl_deltas(runs: list[Run]) -> list[float]:
 
 
 def plot_kl_traces(runs: list[Run], settings: AnalysisSettings, out_dir: Path) -> list[Path]:
-    """A 2 x 2 block per environment: act-time KL (with the bound and delta), lambda, entropy of pi_wm, T."""
+    """A 2 x 2 block per environment: act-time KL (with the bound and delta), lambda, entropy of pi_wm (the
+    fourth axis is left blank)."""
     plt = _pyplot()
     metrics = tidy(runs, "metrics")
     envs = sorted({r.env for r in runs}) or [""]
@@ -422,6 +422,8 @@ def plot_kl_traces(runs: list[Run], settings: AnalysisSettings, out_dir: Path) -
             if i < 2 and env:
                 ax.set_title(f"{env_label(env)} ({seeds_text(counts, env)})")
             _steps_axis(ax, "Env steps")
+        for i in range(len(TRACE_PANELS), 4):
+            axes[2 * block + i // 2, i % 2].axis("off")
     _legend_below(fig, axes, ncol=4)
     return _save(fig, out_dir, "kl_traces")
 

@@ -32,10 +32,12 @@ class PaperBuildError(RuntimeError):
 
 
 def write_generated(tables: Tables, settings: AnalysisSettings, out_dir: str | Path,
-                    envs_order: Sequence[str] | None = None) -> list[Path]:
-    """``macros.tex`` and the LaTeX tables, all rendered before the first is written (atomically)."""
+                    envs_order: Sequence[str] | None = None, decision_root: str | Path | None = None) -> list[Path]:
+    """``macros.tex`` and the LaTeX tables, all rendered before the first is written (atomically);
+    ``decision_root``: see :func:`lore.analysis.paper_macros.macros_tex`."""
     out_dir = Path(out_dir)
-    texts = {"macros.tex": macros_tex(tables, settings, envs_order), **latex_texts(tables, settings)}
+    root = None if decision_root is None else Path(decision_root)
+    texts = {"macros.tex": macros_tex(tables, settings, envs_order, root), **latex_texts(tables, settings)}
     return [write_text(out_dir / name, text) for name, text in texts.items()]
 
 

@@ -6,6 +6,7 @@ and train-vs-eval tables, assembled from :mod:`lore.analysis.paper_numbers`,
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 from lore.analysis.aggregate import ALL_ENVS, TRAIN_TAIL_FRACTION, AnalysisSettings, Tables
 from lore.analysis.latex import (
@@ -32,10 +33,10 @@ from lore.analysis.paper_method import (
     abstract_grid,
     advisor_sentence,
     arms_text,
+    default_choice_sentence,
     gate_sentence,
     grid_sentence,
     kl_sentence,
-    temperature_sentence,
     trust_sentence,
 )
 from lore.analysis.paper_numbers import (
@@ -134,7 +135,11 @@ def _stat_cell(tables: Tables, env: str, ablation: str, metric: str) -> str:
     return stat_cell(tables.stats, env, ablation, metric, "mean")
 
 
-def macros_tex(tables: Tables, settings: AnalysisSettings, envs_order: Sequence[str] | None = None) -> str:
+def macros_tex(tables: Tables, settings: AnalysisSettings, envs_order: Sequence[str] | None = None,
+               decision_root: Path | None = None) -> str:
+    """Every macro ``paper/lore.tex`` reads. ``decision_root``: the checkout whose
+    ``docs/experiments/records/decide_default.json`` says how the default was chosen (default: this
+    repository, else the working directory; without the record a sentence says so)."""
     envs = list(envs_order) if envs_order else (sorted(tables.runs["env"].unique()) if len(tables.runs) else [])
     env = primary_env(envs)
     table_envs = [e for e in (envs or env_names(tables.stats)) if e != ALL_ENVS]
@@ -159,12 +164,12 @@ def macros_tex(tables: Tables, settings: AnalysisSettings, envs_order: Sequence[
         "loreLLMCost": llm_cost_sentence(tables, env),
         "loreKLSentence": kl_sentence(tables, env),
         "loreTrustSentence": trust_sentence(tables, env),
-        "loreTemperatureSentence": temperature_sentence(tables, env),
         "loreGateSentence": gate_sentence(tables, env),
         "loreGridSentence": grid_sentence(tables),
         "loreAdvisorSentence": advisor_sentence(tables),
         "loreAbstractGrid": abstract_grid(tables),
         "loreArms": arms_text(tables, settings, env),
+        "loreDefaultChoice": default_choice_sentence(tables, decision_root),
         "loreFindings": findings_text(tables, settings, table_envs, found),
         "loreFindingsSummary": findings_summary(tables, settings, env, found),
         "loreFindingsTable": findings_table(tables, settings, table_envs, found),
@@ -180,7 +185,7 @@ def macros_tex(tables: Tables, settings: AnalysisSettings, envs_order: Sequence[
 
 
 SENTENCE_MACROS = ("loreHeadline", "loreGoals", "loreOriginalMetric", "loreLLMCost", "loreKLSentence",
-                   "loreTrustSentence", "loreTemperatureSentence", "loreGateSentence", "loreGridSentence",
-                   "loreAdvisorSentence", "loreAbstractGrid", "loreArms", "loreFindings", "loreFindingsSummary",
+                   "loreTrustSentence", "loreGateSentence", "loreGridSentence",
+                   "loreAdvisorSentence", "loreAbstractGrid", "loreArms", "loreDefaultChoice", "loreFindings", "loreFindingsSummary",
                    "loreGap", "loreChance")
 """The macros holding generated prose (tests/test_paper.py checks them for typed digits)."""

@@ -1,10 +1,14 @@
-"""The paper's sentences about what ran: the grid, the advisor, each arm's parts, and what KL control,
-advice trust, temperature alignment and the gate did in the runs.
+"""The paper's sentences about what ran: the grid, the advisor, each arm's parts, what KL control,
+advice trust and the gate did in the runs, and how the default method was chosen (from the record
+of the pre-registered comparison ``decide_default``, where this checkout has it).
 """
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -25,6 +29,7 @@ from lore.analysis.paper_numbers import (
     _truthy,
     arm_cfg,
     grid_arms,
+    mechanisms,
     seeds_per_arm,
     uses_llm,
 )
@@ -105,39 +110,31 @@ ARM_TEXT = {
     "random": "is the uniform-random policy (it never learns): the floor every arm has to clear",
     "rl_only": "is DreamerV3 alone (no LLM is asked)",
     "prior_only": "mixes the prior at a fixed $\\beta$ without any control",
-    "gate": "adds the uncertainty gate (no KL control)",
+    "gate": "replaces the fixed $\\beta$ by the uncertainty gate (no KL control)",
     "kl": "adds KL control (trust region and distillation) to a fixed $\\beta$",
     "features": "uses the LLM-written features only, without mixing",
     "full_plan": "adds latent planning seeded by the LLM's plan to \\texttt{full}",
     "full_distill": "adds PriorNet distillation to \\texttt{full}",
-    "kl_adversarial": ("is \\texttt{kl} under the adversarial advisor: a fixed $\\beta$ and KL control, without the "
-                       "gate, the advice trust, temperature alignment or features that \\texttt{full} adds"),
 }
-
-
-def _temperature_ran(tables: Tables, env: str | None, ablation: str) -> str:
-    """What temperature alignment did in an arm's runs, as a clause."""
-    refits = _runs_of(tables, env, ablation, "temperature_refits_last")
-    if not refits.size:
-        return "temperature alignment (its refits were not logged)"
-    if refits.sum() == 0:
-        return "temperature alignment, which never refitted $T$ in these runs"
-    return f"temperature alignment (on average {num(f'{refits.mean():.1f}')} refits per run)"
+"""What an arm is, where a fixed sentence says it; ``full`` and ``kl_adversarial`` are described from
+the configuration their runs resolved (:func:`full_components`, :func:`arms_text`)."""
 
 
 def full_components(tables: Tables, env: str | None, ablation: str = "full") -> str:
-    parts = []
-    if str(arm_cfg(tables, env, ablation, "prior.gate", "")) == "uncertainty":
-        parts.append("the uncertainty gate")
-    if _truthy(arm_cfg(tables, env, ablation, "prior.trust", False)):
-        parts.append("advice trust")
-    if str(arm_cfg(tables, env, ablation, "prior.kl_mode", "none")) == "lagrangian":
-        parts.append("KL control")
-    if _truthy(arm_cfg(tables, env, ablation, "prior.align_temperature", False)):
-        parts.append(_temperature_ran(tables, env, ablation))
-    if _truthy(arm_cfg(tables, env, ablation, "features.enabled", False)):
-        parts.append("LLM features")
+    """The parts of the prior an arm ran (``full``: a fixed beta, advice trust and KL control), from its
+    runs' configuration, so runs made before the default changed are described as what they ran."""
+    parts = mechanisms(tables, env, ablation)
     return _join(parts) if parts else "no prior component"
+
+
+def _adversarial_control_text(tables: Tables, env: str | None) -> str:
+    """``kl_adversarial``: what it lacks of ``full_adversarial`` (or of ``full``), from the configurations."""
+    reference = "full_adversarial" if "full_adversarial" in grid_arms(tables, env) else "full"
+    missing = [p for p in mechanisms(tables, env, reference) if p not in mechanisms(tables, env, "kl_adversarial")]
+    text = "is \\texttt{kl} under the adversarial advisor: a fixed $\\beta$ and KL control"
+    if missing:
+        text += f", without the {_join([m.removeprefix('the ') for m in missing])} that {ablation_tex(reference)} adds"
+    return text
 
 
 def arms_text(tables: Tables, settings: AnalysisSettings, env: str | None) -> str:
@@ -151,6 +148,8 @@ def arms_text(tables: Tables, settings: AnalysisSettings, env: str | None) -> st
             sentences.append(f"{ablation_tex(arm)} {ARM_TEXT[arm]}")
         elif arm == "full":
             sentences.append(f"{ablation_tex(arm)} combines {full_components(tables, env, arm)}")
+        elif arm == "kl_adversarial":
+            sentences.append(f"{ablation_tex(arm)} {_adversarial_control_text(tables, env)}")
     text = ("In this grid " + "; ".join(sentences) + ".") if sentences else ""
     advisors = [(mode, a) for mode, a in advisor_modes(tables, env) if mode != "good"]
     if advisors:
@@ -215,35 +214,6 @@ def trust_sentence(tables: Tables, env: str | None) -> str:
             else "No arm of this grid estimates advice trust, or its trust never left the uninformed value.")
 
 
-def temperature_sentence(tables: Tables, env: str | None) -> str:
-    """What temperature alignment did per arm that enables it: refits, how many at a bound, T range."""
-    parts = []
-    for ablation in grid_arms(tables, env):
-        if not _truthy(arm_cfg(tables, env, ablation, "prior.align_temperature", False)):
-            continue
-        arm = ablation_tex(ablation)
-        refits = _runs_of(tables, env, ablation, "temperature_refits_last")
-        at_bound = _runs_of(tables, env, ablation, "temperature_refits_at_bound_last")
-        lo, hi = (_runs_of(tables, env, ablation, c) for c in ("temperature_lo", "temperature_hi"))
-        t_range = (f"$T$ between {num(f'{lo.min():.2f}')} and {num(f'{hi.max():.2f}')}" if lo.size and hi.size
-                   else "$T$ not logged")
-        n = max(refits.size, lo.size)
-        if not refits.size:
-            parts.append(f"{arm}: refits not logged, {t_range} ($n$ = {num(n)})")
-        elif refits.sum() == 0:
-            parts.append(f"{arm}: enabled but never refitted in any run, so it did not act ({t_range}; "
-                         f"$n$ = {num(n)}{few(n)})")
-        else:
-            share = (f"{num(f'{100 * at_bound.sum() / refits.sum():.0f}')}\\% of them at a bound of the range"
-                     if at_bound.size else "none logged at a bound")
-            parts.append(f"{arm}: {num(f'{refits.mean():.1f}')} refits per run "
-                         f"({num(f'{refits.min():.0f}--{refits.max():.0f}')}), {share}, {t_range} "
-                         f"($n$ = {num(n)}{few(n)})")
-    if not parts:
-        return "No arm of this grid aligns the temperature."
-    return "Temperature alignment, as it ran: " + "; ".join(parts) + "."
-
-
 def gate_sentence(tables: Tables, env: str | None) -> str:
     """Does the gate separate states? beta where the advice's top action differs from the policy's vs not."""
     parts = _per_arm(tables, env, ("beta_disagree_avg", "beta_agree_avg"),
@@ -253,3 +223,160 @@ def gate_sentence(tables: Tables, env: str | None) -> str:
         return ""
     return ("Mean $\\beta$ on advised states where the advice's top action differs from the policy's, vs where "
             "it agrees: " + "; ".join(parts) + ".")
+
+
+# --------------------------------------------------------------------------- how the default was chosen
+
+DECISION = "decide_default"
+"""The pre-registered comparison that chose the default design of ``full``."""
+REPO = Path(__file__).resolve().parents[2]
+DECISION_RECORD = Path("docs/experiments/records") / f"{DECISION}.json"
+DECISION_DECLARATION = Path("config/experiments") / f"{DECISION}.yaml"
+
+DESIGN_TEXT = {
+    "simple": "a fixed $\\beta$ scaled by the advice trust, with KL control",
+    "gated": "the same with the uncertainty gate",
+    "full": "the gated design with temperature alignment and LLM features",
+}
+"""What each candidate design of ``decide_default`` ran (config/experiments/decide_default.yaml)."""
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _read_yaml(path: Path) -> dict | None:
+    try:
+        import yaml
+
+        data = yaml.safe_load(path.read_text())
+    except Exception:  # noqa: BLE001 - a missing or unreadable declaration only costs detail
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _first_existing(relative: Path, root: Path | None) -> Path:
+    roots = [root] if root is not None else [REPO, Path.cwd()]
+    for base in roots:
+        if (base / relative).is_file():
+            return base / relative
+    return roots[0] / relative
+
+
+def _number(value) -> float:
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return math.nan
+    return out
+
+
+def _path_tex(path: Path) -> str:
+    """A repository path in typewriter type that may break after each slash."""
+    return "\\texttt{" + "/\\allowbreak ".join(escape(part) for part in path.parts) + "}"
+
+
+def _missing_record_text() -> str:
+    return (f"The comparison that chose this default (\\texttt{{{escape(DECISION)}}}, declared before its runs "
+            f"in {_path_tex(DECISION_DECLARATION)}) has no record in this checkout "
+            f"({_path_tex(DECISION_RECORD)}), so its outcome is not quoted here.")
+
+
+def _fell_below(rows: list, arm: str, vs: str, metric: str) -> list[str]:
+    """Envs where ``arm`` is below ``vs`` beyond the paired interval (its upper end below zero)."""
+    envs = []
+    for row in rows:
+        if not isinstance(row, dict):
+            continue
+        if (row.get("arm"), row.get("vs"), row.get("metric")) != (arm, vs, metric):
+            continue
+        high = _number(row.get("high"))
+        if math.isfinite(high) and high < 0 and row.get("env") not in envs:
+            envs.append(str(row.get("env")))
+    return envs
+
+
+def default_choice_sentence(tables: Tables, root: Path | None = None) -> str:
+    """How the default ``full`` was chosen, from the record of ``decide_default`` (and its declaration):
+    the designs compared, the requirement under adversarial advice, the verdict of the rule and the
+    good-advice scores. Without the record, a sentence saying so (no number is quoted)."""
+    record = _read_json(_first_existing(DECISION_RECORD, root))
+    if record is None or not isinstance(record.get("verdict"), str):
+        return _missing_record_text()
+    decl = _read_yaml(_first_existing(DECISION_DECLARATION, root)) or {}
+    rule = decl.get("decision") if isinstance(decl.get("decision"), dict) else {}
+    candidates = rule.get("candidates") if isinstance(rule.get("candidates"), dict) else {}
+    scores = record.get("scores") if isinstance(record.get("scores"), dict) else {}
+    names = list(candidates) or list(scores)
+    if not names:
+        return _missing_record_text()
+    rows = record.get("comparison") if isinstance(record.get("comparison"), list) else []
+    envs = sorted({str(r["env"]) for r in rows if isinstance(r, dict) and r.get("env")})
+    seeds = [int(n) for r in rows if isinstance(r, dict) and isinstance(n := r.get("n_arm"), (int, float))
+             and math.isfinite(n)]
+
+    def design(name: str) -> str:
+        what = DESIGN_TEXT.get(name)
+        return f"{ablation_tex(name)} ({what})" if what else ablation_tex(name)
+
+    scope = ""
+    if envs:
+        scope = f" on {num(len(envs))} environments"
+        if seeds:
+            scope += f" with {num(_range_text(sorted(set(seeds))))} seeds each"
+    text = (f"The default was chosen by a comparison declared before its runs were trained "
+            f"(\\texttt{{{escape(DECISION)}}}){scope}, between {num(len(names))} designs: "
+            f"{_join([design(n) for n in names])}.")
+    requires = [r for r in rule.get("require", []) if isinstance(r, dict)] if isinstance(rule.get("require"), list) else []
+    adversarial = [r for r in requires if r.get("role") == "adversarial" and r.get("test") == "not_below"]
+    tie = _number(rule.get("tie"))
+    if adversarial:
+        req = adversarial[0]
+        text += (f" Its rule required that under adversarial advice a design not fall below "
+                 f"{ablation_tex(str(req.get('vs')))} beyond the paired confidence interval of the "
+                 f"{'AUC' if req.get('metric') == 'auc' else escape(str(req.get('metric')))} on any environment, "
+                 f"and took the highest good-advice AUC averaged over environments among the designs that met it")
+        text += (f", designs within {num(f'{tie:g}')} of it tied in favour of fewer mechanisms." if math.isfinite(tie)
+                 else ".")
+    verdict = record["verdict"]
+    if verdict == "none":
+        failures = []
+        for name in names:
+            roles = candidates.get(name) if isinstance(candidates.get(name), dict) else {}
+            arm = str(roles.get("adversarial", f"{name}_adversarial"))
+            for req in adversarial:
+                below = _fell_below(rows, arm, str(req.get("vs")), str(req.get("metric")))
+                if below:
+                    failures.append(f"for {ablation_tex(name)} on {_join([name_tex(env_label(e)) for e in below])}")
+        text += " No design met the requirement"
+        text += (": under adversarial advice it failed " + _join(failures) + "." if failures else ".")
+    elif verdict.startswith("select "):
+        text += f" The rule selected {ablation_tex(verdict.removeprefix('select '))}."
+    else:
+        text += f" The comparison has not decided (its verdict is \\emph{{{escape(verdict)}}})."
+    finite = {n: _number(scores.get(n)) for n in names}
+    finite = {n: v for n, v in finite.items() if math.isfinite(v)}
+    if finite:
+        text += (" On good advice the AUC averaged over environments was "
+                 + _join([f"{num(f'{v:.3f}')} for {ablation_tex(n)}" for n, v in finite.items()]) + ".")
+    fewest = None
+    if candidates and all(isinstance(c, dict) and isinstance(c.get("mechanisms"), int) for c in candidates.values()):
+        fewest = min(candidates, key=lambda n: candidates[n]["mechanisms"])
+    tied = (len(finite) == len(names) and math.isfinite(tie) and max(finite.values()) - min(finite.values()) <= tie)
+    if verdict == "none" and tied and fewest is not None:
+        text += (f" As these were tied, the design with the fewest mechanisms, {ablation_tex(fewest)}, became the "
+                 f"default, which {ablation_tex('full')} now runs.")
+    elif verdict.startswith("select "):
+        text += f" {ablation_tex('full')} now runs it."
+    if fewest is not None or verdict.startswith("select "):
+        chosen = fewest if not verdict.startswith("select ") else verdict.removeprefix("select ")
+        if chosen == "simple" and "full" in grid_arms(tables):
+            extra = [m for m in mechanisms(tables, None, "full") if m in ("the uncertainty gate", "LLM features")]
+            if extra:
+                text += (f" The {ablation_tex('full')} runs aggregated here predate that choice and ran with "
+                         f"{_join(extra)}.")
+    return text

@@ -197,6 +197,26 @@ def _truthy(value) -> bool:
         return False
 
 
+def mechanisms(tables: Tables, env: str | None, ablation: str) -> list[str]:
+    """The parts of the prior an arm ran, from its configuration, in the order the method section
+    introduces them (empty for an arm without the prior and without LLM features)."""
+    parts = []
+    if uses_prior(tables, env, ablation):
+        gate = str(arm_cfg(tables, env, ablation, "prior.gate", ""))
+        parts.append("the uncertainty gate" if gate == "uncertainty" else "a fixed $\\beta$")
+        if _truthy(arm_cfg(tables, env, ablation, "prior.trust", False)):
+            parts.append("advice trust")
+        if str(arm_cfg(tables, env, ablation, "prior.kl_mode", "none")) == "lagrangian":
+            parts.append("KL control (trust region and distillation)")
+    if _truthy(arm_cfg(tables, env, ablation, "features.enabled", False)):
+        parts.append("LLM features")
+    if _truthy(arm_cfg(tables, env, ablation, "plan.enabled", False)):
+        parts.append("latent planning")
+    if _truthy(arm_cfg(tables, env, ablation, "distill.enabled", False)):
+        parts.append("PriorNet distillation")
+    return parts
+
+
 def grid_arms(tables: Tables, env: str | None = None) -> list[str]:
     runs = tables.runs
     if not len(runs):
@@ -302,10 +322,8 @@ CONFIG_NUMBER_MACROS = {
     "loreControlEpisodes": "cfg_prior_control_episodes", "loreTrustGain": "cfg_prior_trust_gain",
     "loreTrustDeadZone": "cfg_prior_trust_dead_zone",
     "loreAdviceSamples": "cfg_prior_advice_samples",
-    "loreTMin": "cfg_prior_temperature_min", "loreTMax": "cfg_prior_temperature_max",
     "loreGateFullAt": "cfg_prior_gate_full_at", "loreCooldown": "cfg_llm_controller_cooldown",
     "loreCooldownSuccess": "cfg_llm_controller_cooldown_after_success", "loreDropout": "cfg_prior_dropout",
-    "loreTMinLabels": "cfg_prior_temperature_min_labels",
 }
 """Configuration numbers the method section quotes, read from the runs' resolved configs (of the
 runs that use the prior for ``cfg_prior_*``, of those that ask an LLM for ``cfg_llm_*``)."""
@@ -314,6 +332,7 @@ DEFAULT_NUMBER_MACROS = {
     "loreUnimix": ("dreamer.unimix", "cfg_dreamer_unimix", 100.0),
     "loreRetnormLow": ("dreamer.retnorm_low", "cfg_dreamer_retnorm_low", 1.0),
     "loreRetnormHigh": ("dreamer.retnorm_high", "cfg_dreamer_retnorm_high", 1.0),
+    "loreTemperature": ("prior.temperature", "cfg_prior_temperature", 1.0),
 }
 """Agent settings the implementation section quotes: (config key, run column, scale); from the
 runs where they logged the field, else the defaults in lore/config/sections.py."""
@@ -385,7 +404,6 @@ def setup_macros(tables: Tables, settings: AnalysisSettings, env: str | None) ->
         "loreEvalEvery": cfg("cfg_eval_every"),
         "loreEvalEpisodes": cfg("cfg_eval_episodes"),
         "loreLLMBackend": cfg("cfg_llm_backend"),
-        "loreTRefitEvery": cfg("cfg_prior_temperature_refit_every"),
         "loreBudgets": ", ".join(fmt_steps(b) for b in settings.budgets_for(env)) if env else MISSING,
         "loreThreshold": fmt_rate(settings.threshold),
         "loreConfidence": str(int(round(settings.confidence * 100))),

@@ -45,6 +45,7 @@ from lore.analysis.paper_numbers import (
     _stat,
     grid_arms,
     headline_budget,
+    mechanisms,
     uses_prior,
 )
 
@@ -271,7 +272,10 @@ def goal_items(tables: Tables, settings: AnalysisSettings, env: str | None) -> l
     unguarded = _stat(tables, env, "kl_adversarial", "final_sr")
     if adv is not None and unguarded is not None:
         # a measurement beside the goal, not a goal: the same adversary without the parts full adds to kl
-        items.append(f"Measured beside it, the same adversary without the gate, trust, temperature and features "
+        lacks = [m.removeprefix("the ") for m in mechanisms(tables, env, "full_adversarial")
+                 if m not in mechanisms(tables, env, "kl_adversarial")]
+        without = f" without the {_join(lacks)} that {ablation_tex('full')} adds" if lacks else ""
+        items.append(f"Measured beside it, the same adversary{without} "
                      f"({ablation_tex('kl_adversarial')}): final {_iqm_name(adv, unguarded)} success rate "
                      f"{num(fmt_rate(unguarded['iqm']))} against {num(fmt_rate(adv['iqm']))} for "
                      f"{ablation_tex('full_adversarial')} ({_ns(unguarded, adv)}{few(min(_n_of(adv), _n_of(unguarded)))}).")
