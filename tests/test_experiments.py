@@ -393,7 +393,7 @@ def _files(root: Path) -> dict[str, bytes]:
 
 
 DECIDED = ("lore: error: exp: decided at abc1234 (verdict: adopt); its record is docs/experiments/records/exp.json "
-           "and its runs are archived in runs/; remove the record to run it again")
+           "and its runs, where archived, are in runs/; remove the record to run it again")
 
 
 def test_a_decided_experiment_is_neither_planned_nor_compared_again(tmp_path):

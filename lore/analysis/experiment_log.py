@@ -77,7 +77,7 @@ def decided_line(name: str, rec: dict) -> str:
     from lore.analysis.archive import ARCHIVE_ROOT
 
     return (f"{name}: decided at {rec.get('commit') or 'an unknown commit'} (verdict: {rec['verdict']}); "
-            f"its record is {RECORDS_DIR / f'{name}.json'} and its runs are archived in {ARCHIVE_ROOT}/; "
+            f"its record is {RECORDS_DIR / f'{name}.json'} and its runs, where archived, are in {ARCHIVE_ROOT}/; "
             "remove the record to run it again")
 
 
