@@ -259,12 +259,17 @@ def current_commit(root: Path) -> str | None:
     return out.stdout.strip() or None
 
 
-def record(decl: Declaration, table, decided: dict, commit: str | None, run_commits: dict[str, int]) -> dict:
-    """What the log keeps of a finished comparison (tracked under ``docs/experiments/records``)."""
+def record(decl: Declaration, table, decided: dict, commit: str | None, run_commits: dict[str, int],
+           runs: list | None = None) -> dict:
+    """What the log keeps of a finished comparison (tracked under ``docs/experiments/records``), with the
+    run key of every planned run (``runs``), so that the comparison can be found again in the archive
+    after the code's defaults have moved on."""
     rows = [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()}
             for r in table.to_dict("records")]
+    planned = [{"env": r.env, "arm": r.arm, "seed": r.seed, "ablation": r.ablation, "key": r.key}
+               for r in (runs or [])]
     return {"name": decl.name, "commit": commit, "run_commits": run_commits, "verdict": decided["verdict"],
-            "reason": decided["reason"], "scores": decided.get("scores"), "comparison": rows}
+            "reason": decided["reason"], "scores": decided.get("scores"), "comparison": rows, "runs": planned}
 
 
 def compare_experiment(name: str, root: Path = Path("."), out: Path | None = None, record_dir: Path | None = None,
@@ -290,7 +295,7 @@ def compare_experiment(name: str, root: Path = Path("."), out: Path | None = Non
                    "scores": decided.get("scores")}
     out = out or root / RESULTS_DIR / name
     run_commits = commit_counts([folder for _, folder in pairs if (folder / "done").is_file()])
-    rec = record(decl, table, decided, current_commit(root), run_commits)
+    rec = record(decl, table, decided, current_commit(root), run_commits, [run for run, _ in pairs])
     if old is not None and old.get("note") and old["verdict"] == rec["verdict"]:  # a note on the same verdict stays
         rec["note"] = old["note"]
     atomic_write_text(out / "comparison.csv", table.to_csv(index=False, float_format="%.6g"))
