@@ -44,7 +44,7 @@ def _workdir(tmp_path: Path, declarations: dict[str, dict]) -> Path:
 def _decl(**changes) -> dict:
     data = {"question": "Does a smaller beta_max change the full method's success?",
             "base": "config/config.yaml",
-            "grid": {"envs": [DOORKEY], "seeds": [0, 1]},
+            "grid": {"envs": [DOORKEY], "seeds": [0, 1], "steps": 3000},
             "arms": {"rl_only": {"reference": True}, "full_half": {"ablation": "full",
                                                                     "settings": {"prior.beta_max": 0.5}}},
             "compare": [{"arm": "full_half", "vs": "rl_only"}],
