@@ -123,37 +123,6 @@ def run_key(ablation: str, config: dict) -> str:
     return _key(ablation, identity(config))
 
 
-_ABSENT = object()
-
-
-def retired_settings(data: dict) -> dict:
-    """``{dotted key: value}`` of the retired settings a saved config (nested, as read) holds at a value other
-    than their neutral one: the settings of a removed variant."""
-    from lore.config.retired import RETIRED, _is_neutral
-
-    found = {}
-    for key, neutral in RETIRED.items():
-        node: object = data
-        for part in key.split("."):
-            node = node.get(part, _ABSENT) if isinstance(node, dict) else _ABSENT
-        if node is not _ABSENT and not _is_neutral(node, neutral):
-            found[key] = node
-    return found
-
-
-def _without(data: dict, keys) -> dict:
-    """A copy of the nested ``data`` without the dotted ``keys`` (the sections on their path copied)."""
-    out = dict(data)
-    for key in keys:
-        *parents, name = key.split(".")
-        node = out
-        for part in parents:
-            node[part] = dict(node[part])
-            node = node[part]
-        del node[name]
-    return out
-
-
 def read_identity(run_dir: Path) -> Identity:
     """The identity of a run directory from its ``config.yaml`` (ArchiveError naming it if unreadable).
 
@@ -163,7 +132,7 @@ def read_identity(run_dir: Path) -> Identity:
     kept, each other setting compared with the current defaults as :func:`identity` compares it.
     """
     from lore.config import ConfigError, config_from_saved, load_yaml, to_dict
-    from lore.config.retired import drop_retired
+    from lore.config.retired import drop_retired, retired_values, without_keys
 
     path = run_dir / "config.yaml"
     _regular(path)
@@ -173,11 +142,11 @@ def read_identity(run_dir: Path) -> Identity:
 
     try:
         data = load_yaml(path)
-        retired = retired_settings(data) if isinstance(data, dict) else {}
+        retired = retired_values(data, neutral=False) if isinstance(data, dict) else {}
         if not retired:
             cfg = config_from_saved(path)
             return Identity(cfg.env.name, run_key(cfg.ablation, to_dict(cfg)), int(cfg.seed))
-        flat = {**_flat(drop_retired(_without(data, retired))), **retired}
+        flat = {**_flat(drop_retired(without_keys(data, retired))), **retired}
     except (ConfigError, OSError, TypeError, ValueError, RecursionError) as e:
         raise unreadable(e) from None
     env, ablation, seed = flat.get("env.name"), flat.get("ablation"), flat.get("seed")

@@ -66,6 +66,45 @@ RENAMED_VALUES: dict[str, dict[Any, Any]] = {"train.compile": {False: "off", Tru
 """Values a setting used to take, with the value that means the same today (old runs' saved configs load)."""
 
 
+def _lookup(data: dict, key: str, absent: Any = None) -> Any:
+    """The value at the dotted ``key`` of the nested ``data``, or ``absent`` where a section or the key is missing."""
+    node: Any = data
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return absent
+        node = node[part]
+    return node
+
+
+def without_keys(data: dict, keys) -> dict:
+    """A copy of the nested ``data`` without the dotted ``keys`` it holds (the sections on their path copied)."""
+    out = dict(data)
+    for key in keys:
+        *parents, name = key.split(".")
+        node = out
+        for part in parents:
+            if not isinstance(node.get(part), dict):
+                break
+            node[part] = node = dict(node[part])
+        else:
+            node.pop(name, None)
+    return out
+
+
+_ABSENT = object()
+
+
+def retired_values(data: dict, *, neutral: bool | None = None) -> dict[str, Any]:
+    """``{dotted key: value}`` of the :data:`RETIRED` settings the nested ``data`` holds; with ``neutral`` set,
+    only those at (``True``) or away from (``False``) their neutral value."""
+    found = {}
+    for key, default in RETIRED.items():
+        value = _lookup(data, key, _ABSENT)
+        if value is not _ABSENT and (neutral is None or _is_neutral(value, default) is neutral):
+            found[key] = value
+    return found
+
+
 def drop_retired(data: dict) -> dict:
     """``data`` without the :data:`RETIRED` keys it holds at their neutral value (a copy; ``data`` is untouched),
     and with the :data:`RENAMED_VALUES` of older configs translated.
@@ -78,20 +117,7 @@ def drop_retired(data: dict) -> dict:
         node = out.get(section)
         if isinstance(node, dict) and isinstance(node.get(name), bool) and node[name] in renames:
             out[section] = {**node, name: renames[node[name]]}
-    for key, neutral in RETIRED.items():
-        *parents, name = key.split(".")
-        node = out
-        for part in parents:
-            child = node.get(part)
-            if not isinstance(child, dict):
-                break
-            node[part] = child = dict(child)
-            node = child
-        else:
-            if name not in node:
-                continue
-            if not _is_neutral(node[name], neutral):
-                raise ConfigError(f"{key}: retired setting; only its default {_yaml_text(neutral)} is accepted "
-                                  f"(the variant was removed)")
-            del node[name]
-    return out
+    for key in retired_values(out, neutral=False):
+        raise ConfigError(f"{key}: retired setting; only its default {_yaml_text(RETIRED[key])} is accepted "
+                          f"(the variant was removed)")
+    return without_keys(out, retired_values(out))
