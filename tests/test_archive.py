@@ -285,6 +285,30 @@ def test_the_eta_comes_from_measured_runs_of_the_same_preset_and_budget(tmp_path
     assert launch.makespan([3, 3, 2, 2], 2) == 5 and launch.makespan([4], 3) == 4
 
 
+def test_live_runs_give_the_eta_their_own_speed_before_any_run_finishes(tmp_path):
+    import dataclasses
+
+    root = _project(tmp_path)
+    decl = load_declaration("exp", root)
+    states = launch.run_states(decl, run_dirs(decl, root), root)
+    running = dataclasses.replace(states[0], state="running")  # rl_only seed 0, half-way at 5 env steps/s
+    states = [running, *states[1:]]
+    steps = int(dict(running.run.overrides).get("train.steps", 0))
+    live = {running.folder: (steps // 2, steps, 5.0)}
+    one = launch.cost_summary(decl, states, {}, cores=1, live=live)
+    # the live run: its steps left at its speed; the other rl_only runs: its speed; the 6 others: assumed
+    expected = (steps - steps // 2) / 5.0 + 2 * steps / 5.0 + 6 * steps * launch.ASSUMED_S_PER_STEP
+    assert one["assumed"] == 6 and one["eta_s"] == pytest.approx(expected)
+    # a finished run of the same profile outranks the live speed (and backs every run of its preset and budget)
+    times = {launch._profile_of(running.run): [7.0]}
+    assert launch.cost_summary(decl, states, times, cores=1, live=live)["eta_s"] == pytest.approx(
+        (steps - steps // 2) / 5.0 + 8 * 7.0)
+    # with no speed logged yet, a live run counts for half its estimate
+    assert launch.cost_summary(decl, states, {}, cores=1, live={})["eta_s"] == pytest.approx(
+        steps * launch.ASSUMED_S_PER_STEP * (0.5 + 8))
+    assert launch.live_progress(states) == {}  # no live training holds these folders
+
+
 # --------------------------------------------------------------------------- restoring archived runs
 
 

@@ -7,8 +7,10 @@ does not read (reported comparisons only) come last, seed by seed too. A grid st
 balanced across arms and envs.
 
 The estimate of a run's wall time is the median of the finished runs of the same env, ablation, size preset
-and budget, else of the same ablation, preset and budget, else of the same preset and budget; with none,
-:data:`ASSUMED_S_PER_STEP` per env step, and the summary says so.
+and budget, else the speed of the live runs of that profile (their env steps per second so far), else the
+finished runs of the same ablation, preset and budget, else of the same preset and budget; with none,
+:data:`ASSUMED_S_PER_STEP` per env step, and the summary says so. A live run counts for the steps it has
+left at its own speed (half its estimate while it has logged none).
 """
 
 from __future__ import annotations
@@ -105,15 +107,41 @@ def measured_times(folders: list[Path]) -> dict[tuple, list[float]]:
     return out
 
 
-def estimate_seconds(run, times: dict[tuple, list[float]]) -> tuple[float, bool]:
-    """(estimated wall seconds, whether measured runs back it) of one planned run."""
+def _profile_of(run) -> tuple:
+    """(env, ablation, preset, budget) of one planned run."""
     overrides = dict(run.overrides)
-    preset, steps = overrides.get("model.preset", "xs"), int(overrides.get("train.steps", 50_000))
-    for match in ((run.env, run.ablation, preset, steps), (run.ablation, preset, steps), (preset, steps)):
+    return (run.env, run.ablation, overrides.get("model.preset", "xs"), int(overrides.get("train.steps", 50_000)))
+
+
+def estimate_seconds(run, times: dict[tuple, list[float]],
+                     live: dict[tuple, list[float]] | None = None) -> tuple[float, bool]:
+    """(estimated wall seconds, whether measured runs back it) of one planned run; ``live`` maps a profile
+    to the seconds per env step of its live runs."""
+    profile = _profile_of(run)
+    steps = profile[-1]
+    if times.get(profile):
+        return statistics.median(times[profile]), True
+    if live and live.get(profile):
+        return steps * statistics.median(live[profile]), True
+    for match in (profile[1:], profile[2:]):
         values = [v for key, vs in times.items() if key[-len(match):] == match for v in vs]
         if values:
             return statistics.median(values), True
     return steps * ASSUMED_S_PER_STEP, False
+
+
+def live_progress(states: list[RunState]) -> dict[Path, tuple[int, int, float]]:
+    """(env step, budget, env steps per second) of every running run whose logs already give a speed."""
+    from lore.analysis.status import run_status
+
+    out = {}
+    for s in states:
+        if s.state != "running":
+            continue
+        st = run_status(s.folder, s.folder.parent)
+        if st.step is not None and st.total and st.steps_per_s > 0:
+            out[s.folder] = (st.step, st.total, st.steps_per_s)
+    return out
 
 
 def makespan(durations: list[float], cores: int) -> float:
@@ -124,15 +152,27 @@ def makespan(durations: list[float], cores: int) -> float:
     return max(loads)
 
 
-def cost_summary(decl, states: list[RunState], times: dict[tuple, list[float]], cores: int) -> dict:
+def cost_summary(decl, states: list[RunState], times: dict[tuple, list[float]], cores: int,
+                 live: dict[Path, tuple[int, int, float]] | None = None) -> dict:
+    """Counts by state and the ETA on ``cores`` of the runs still to train; ``live``: live_progress(states)."""
     counts = {k: sum(s.state == k for s in states) for k in STATES}
     todo = [s for s in states if s.state in ("missing", "running")]
-    estimates = [estimate_seconds(s.run, times) for s in todo]
-    # a running run is counted as half done
-    seconds = [e / 2 if s.state == "running" else e for (e, _), s in zip(estimates, todo, strict=True)]
+    live = live if live is not None else live_progress(states)
+    speeds: dict[tuple, list[float]] = {}
+    for s in todo:
+        if s.folder in live:
+            speeds.setdefault(_profile_of(s.run), []).append(1.0 / live[s.folder][2])
+    seconds, assumed = [], 0
+    for s in todo:
+        if s.folder in live:
+            step, total, rate = live[s.folder]
+            seconds.append(max(total - step, 0) / rate)
+            continue
+        estimate, measured = estimate_seconds(s.run, times, speeds)
+        assumed += not measured
+        seconds.append(estimate / 2 if s.state == "running" else estimate)
     return {"name": decl.name, "total": len(states), **counts, "cores": cores,
-            "eta_s": makespan(seconds, cores) if seconds else 0.0,
-            "assumed": sum(not measured for _, measured in estimates)}
+            "eta_s": makespan(seconds, cores) if seconds else 0.0, "assumed": assumed}
 
 
 def format_duration(seconds: float) -> str:
@@ -142,7 +182,7 @@ def format_duration(seconds: float) -> str:
 
 def cost_line(summary: dict) -> str:
     basis = (f"; {summary['assumed']} run(s) estimated at {ASSUMED_S_PER_STEP} s per env step, no finished run "
-             "of their preset and budget" if summary["assumed"] else "; from the measured times of finished runs")
+             "of their preset and budget" if summary["assumed"] else "; from the measured times of finished and live runs")
     return (f"lore: experiment {summary['name']}: {summary['total']} runs: {summary['archived']} archived, "
             f"{summary['finished']} finished, {summary['running']} running, {summary['missing']} missing; "
             f"ETA {format_duration(summary['eta_s'])} on {summary['cores']} core(s){basis}")
