@@ -50,7 +50,7 @@ EPISODE_COLUMNS = ("env_step", "success")
 LEDGER_FIELDS = ("env_step", "ok", "cache_hit", "failure", "source")
 METRIC_COLUMNS = (
     "env_step", "beta_mean", "prior_mask_frac", "kl_mix_wm", "kl_mix_wm_train", "lambda_kl", "entropy_wm",
-    "temperature", "trust_llm", "trust_act_llm", "trust_plan", "temperature_refits", "temperature_refits_at_bound",
+    "trust_llm", "trust_act_llm", "trust_plan",
     "beta_disagree", "beta_agree", "u_entropy_frac_disagree", "u_entropy_frac_agree", "u_value_ratio_disagree",
     "u_value_ratio_agree", "u_disagreement_ratio_disagree", "u_disagreement_ratio_agree",
     "steps_per_s", "update_ms", "update_time_frac", "llm_calls", "llm_cache_hits", "llm_failures",

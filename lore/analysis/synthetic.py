@@ -200,7 +200,6 @@ def _write_metrics(run_dir: Path, spec: SyntheticRun, llm: bool, rng: np.random.
         frame["u_disagreement"] = 0.3 * np.exp(-2.5 * t)
         frame["kl_mix_wm"] = 0.3 * beta
         frame["lambda_kl"] = 0.1 + np.maximum(0, np.cumsum(0.3 * beta - 0.1) * 0.01)
-        frame["temperature"] = 1.5 + 0.2 * np.sin(6 * t)
         calls = np.cumsum(rng.poisson(20 * beta))
         frame["llm_calls"] = calls
         frame["llm_cache_hits"] = (0.3 * calls).astype(int)
