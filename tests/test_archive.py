@@ -285,6 +285,24 @@ def test_the_eta_comes_from_measured_runs_of_the_same_preset_and_budget(tmp_path
     assert launch.makespan([3, 3, 2, 2], 2) == 5 and launch.makespan([4], 3) == 4
 
 
+@pytest.mark.parametrize(("done", "expected"), [
+    ({"wall_s": 5000.0, "cpu_s": 1400.0, "provenance": {"threads": 1}}, 1400.0),  # paused for most of its wall
+    ({"wall_s": 1000.0, "cpu_s": 3600.0, "provenance": {"threads": 4}}, 900.0),
+    ({"wall_s": 1000.0, "cpu_s": 990.0, "provenance": {"threads": 1}}, 990.0),
+    ({"wall_s": 1000.0, "cpu_s": 1200.0, "provenance": {"threads": 1}}, 1000.0),  # CPU over wall: the wall
+    ({"wall_s": 1000.0}, 1000.0),  # no CPU time or threads recorded
+    ({"wall_s": 1000.0, "cpu_s": "x", "provenance": {"threads": 0}}, 1000.0),
+])
+def test_a_finished_run_is_timed_on_its_own_cores(tmp_path, done, expected):
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(
+        {"env": {"name": "crafter"}, "ablation": "full", "model": {"preset": "xs"}, "train": {"steps": 20000}}))
+    (tmp_path / "done").write_text(json.dumps(done))
+    profile, seconds = launch._profile(tmp_path)
+    assert profile == ("crafter", "full", "xs", 20000) and seconds == pytest.approx(expected)
+    (tmp_path / "done").write_text(json.dumps({**done, "wall_s": -1.0}))
+    assert launch._profile(tmp_path) is None
+
+
 def test_live_runs_give_the_eta_their_own_speed_before_any_run_finishes(tmp_path):
     import dataclasses
 

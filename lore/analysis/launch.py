@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,16 +87,24 @@ def launch_ranks(states: list[RunState]) -> list[list[RunState]]:
 
 
 def _profile(folder: Path) -> tuple[tuple, float] | None:
-    """((env, ablation, preset, steps), wall seconds) of a finished run, None if its files do not say."""
+    """((env, ablation, preset, steps), seconds) of a finished run, None if its files do not say. The seconds
+    are its time on its own cores: its wall time, or its CPU time over its threads where that is shorter (a
+    run paused or sharing a core)."""
     from lore.config import load_yaml
 
     try:
         cfg = load_yaml(folder / "config.yaml")
-        wall = json.loads((folder / "done").read_text(encoding="utf-8"))["wall_s"]
+        done = json.loads((folder / "done").read_text(encoding="utf-8"))
+        wall = done["wall_s"]
         profile = (cfg["env"]["name"], cfg["ablation"], cfg["model"]["preset"], int(cfg["train"]["steps"]))
     except Exception:  # noqa: BLE001 - any unreadable run simply gives no measurement
         return None
-    return (profile, float(wall)) if isinstance(wall, (int, float)) and wall > 0 else None
+    if not (isinstance(wall, (int, float)) and math.isfinite(wall) and wall > 0):
+        return None
+    cpu, threads = done.get("cpu_s"), (done.get("provenance") or {}).get("threads")
+    if isinstance(cpu, (int, float)) and isinstance(threads, int) and threads > 0 and math.isfinite(cpu) and cpu > 0:
+        wall = min(wall, cpu / threads)
+    return profile, float(wall)
 
 
 def measured_times(folders: list[Path]) -> dict[tuple, list[float]]:
