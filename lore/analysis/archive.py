@@ -142,7 +142,7 @@ def read_identity(run_dir: Path) -> Identity:
 
     try:
         data = load_yaml(path)
-        retired = retired_values(data, neutral=False) if isinstance(data, dict) else {}
+        retired = retired_values(data, changed_only=True) if isinstance(data, dict) else {}
         if not retired:
             cfg = config_from_saved(path)
             return Identity(cfg.env.name, run_key(cfg.ablation, to_dict(cfg)), int(cfg.seed))

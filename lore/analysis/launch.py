@@ -86,6 +86,11 @@ def launch_ranks(states: list[RunState]) -> list[list[RunState]]:
     return [groups[k] for k in sorted(groups)]
 
 
+def _positive(x) -> bool:
+    """``x`` is a finite number above zero (booleans excluded)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+
+
 def _profile(folder: Path) -> tuple[tuple, float] | None:
     """((env, ablation, preset, steps), seconds) of a finished run, None if its files do not say. The seconds
     are its time on its own cores: its wall time, or its CPU time over its threads where that is shorter (a
@@ -99,10 +104,10 @@ def _profile(folder: Path) -> tuple[tuple, float] | None:
         profile = (cfg["env"]["name"], cfg["ablation"], cfg["model"]["preset"], int(cfg["train"]["steps"]))
     except Exception:  # noqa: BLE001 - any unreadable run simply gives no measurement
         return None
-    if not (isinstance(wall, (int, float)) and math.isfinite(wall) and wall > 0):
+    if not _positive(wall):
         return None
     cpu, threads = done.get("cpu_s"), (done.get("provenance") or {}).get("threads")
-    if isinstance(cpu, (int, float)) and isinstance(threads, int) and threads > 0 and math.isfinite(cpu) and cpu > 0:
+    if _positive(cpu) and isinstance(threads, int) and _positive(threads):
         wall = min(wall, cpu / threads)
     return profile, float(wall)
 

@@ -62,16 +62,19 @@ def _is_neutral(value: Any, neutral: Any) -> bool:
     return value == neutral
 
 
+_ABSENT = object()
+
 RENAMED_VALUES: dict[str, dict[Any, Any]] = {"train.compile": {False: "off", True: "networks"}}
 """Values a setting used to take, with the value that means the same today (old runs' saved configs load)."""
 
 
-def _lookup(data: dict, key: str, absent: Any = None) -> Any:
-    """The value at the dotted ``key`` of the nested ``data``, or ``absent`` where a section or the key is missing."""
+def _lookup(data: dict, key: str) -> Any:
+    """The value at the dotted ``key`` of the nested ``data``, or :data:`_ABSENT` where a section or the key is
+    missing."""
     node: Any = data
     for part in key.split("."):
         if not isinstance(node, dict) or part not in node:
-            return absent
+            return _ABSENT
         node = node[part]
     return node
 
@@ -91,16 +94,13 @@ def without_keys(data: dict, keys) -> dict:
     return out
 
 
-_ABSENT = object()
-
-
-def retired_values(data: dict, *, neutral: bool | None = None) -> dict[str, Any]:
-    """``{dotted key: value}`` of the :data:`RETIRED` settings the nested ``data`` holds; with ``neutral`` set,
-    only those at (``True``) or away from (``False``) their neutral value."""
+def retired_values(data: dict, *, changed_only: bool = False) -> dict[str, Any]:
+    """``{dotted key: value}`` of the :data:`RETIRED` settings the nested ``data`` holds; with ``changed_only``,
+    only those away from their neutral value."""
     found = {}
     for key, default in RETIRED.items():
-        value = _lookup(data, key, _ABSENT)
-        if value is not _ABSENT and (neutral is None or _is_neutral(value, default) is neutral):
+        value = _lookup(data, key)
+        if value is not _ABSENT and not (changed_only and _is_neutral(value, default)):
             found[key] = value
     return found
 
@@ -117,7 +117,7 @@ def drop_retired(data: dict) -> dict:
         node = out.get(section)
         if isinstance(node, dict) and isinstance(node.get(name), bool) and node[name] in renames:
             out[section] = {**node, name: renames[node[name]]}
-    for key in retired_values(out, neutral=False):
+    for key in retired_values(out, changed_only=True):
         raise ConfigError(f"{key}: retired setting; only its default {_yaml_text(RETIRED[key])} is accepted "
                           f"(the variant was removed)")
     return without_keys(out, retired_values(out))
