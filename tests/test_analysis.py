@@ -585,19 +585,25 @@ def test_method_text_for_the_new_full_names_neither_gate_nor_temperature_alignme
     assert "uncertainty gate" in full_components(old, ENV) and "LLM features" in full_components(old, ENV)
 
 
-def _decision_checkout(root, record: dict | None):
-    """A checkout with the decide_default declaration (the real one) and, if given, its record."""
+def _experiment_checkout(root, name: str, record: dict | str | None):
+    """A checkout with the real declaration of experiment ``name`` and, if given, its record (a dict, or raw
+    text)."""
     import shutil
     from pathlib import Path
 
-    decl = root / "config" / "experiments" / "decide_default.yaml"
+    decl = root / "config" / "experiments" / f"{name}.yaml"
     decl.parent.mkdir(parents=True)
-    shutil.copy(Path(__file__).resolve().parents[1] / "config" / "experiments" / "decide_default.yaml", decl)
+    shutil.copy(Path(__file__).resolve().parents[1] / "config" / "experiments" / f"{name}.yaml", decl)
     if record is not None:
-        path = root / "docs" / "experiments" / "records" / "decide_default.json"
+        path = root / "docs" / "experiments" / "records" / f"{name}.json"
         path.parent.mkdir(parents=True)
-        path.write_text(json.dumps(record))
+        path.write_text(record if isinstance(record, str) else json.dumps(record))
     return root
+
+
+def _decision_checkout(root, record: dict | None):
+    """A checkout with the decide_default declaration (the real one) and, if given, its record."""
+    return _experiment_checkout(root, "decide_default", record)
 
 
 def _auc_row(env, arm, low, high):
@@ -637,6 +643,32 @@ def test_default_choice_is_read_from_the_decide_default_record(tmp_path):
     corrupt.mkdir(parents=True)
     (corrupt / "decide_default.json").write_text("{not json")
     assert "has no record" in default_choice_sentence(tables, tmp_path / "corrupt")
+
+
+def test_the_crafter_claim_follows_the_crafter_cpu_full_verdict(tmp_path):
+    from lore.analysis.paper_method import crafter_claim_sentence
+
+    def row(vs, metric, low, high):
+        return {"env": "crafter", "arm": "full", "vs": vs, "metric": metric, "n_arm": 5, "n_vs": 5,
+                "n_paired": 5, "difference": (low + high) / 2, "low": low, "high": high}
+
+    rows = [row("rl_only", "crafter_score", -0.2, 1.0), row("rl_only", "final_sr", 0.04, 0.06),
+            row("random", "crafter_score", 0.2, 1.2)]
+    record = {"name": "crafter_cpu_full", "commit": "abc", "run_commits": {}, "verdict": "adopt",
+              "reason": "every requirement holds on every env", "scores": None, "comparison": rows}
+    held = plain(crafter_claim_sentence(_experiment_checkout(tmp_path / "adopt", "crafter_cpu_full", record)))
+    assert r"\texttt{full} $-$ \texttt{rl\_only}: Crafter score +0.40 [$-$0.20, +1.00], achievement rate +0.05" in held
+    assert r"\texttt{full} $-$ \texttt{random}: Crafter score +0.70 [+0.20, +1.20]" in held
+    assert "5 seeds per arm" in held and "config/" in held
+    assert r"not fall below \texttt{rl\_only} beyond the paired interval of the Crafter score, held" in held
+    assert "limited to MiniGrid" not in held
+    rejected = plain(crafter_claim_sentence(_experiment_checkout(tmp_path / "reject", "crafter_cpu_full",
+                                                            {**record, "verdict": "reject"})))
+    assert "did not hold" in rejected and "limited to MiniGrid" in rejected and "claim this paper makes" not in rejected
+    for name, bad in (("missing", None), ("corrupt", "{not json"), ("no_rows", json.dumps({"verdict": "adopt"}))):
+        text = crafter_claim_sentence(_experiment_checkout(tmp_path / name, "crafter_cpu_full", bad))
+        assert "has no record in this checkout" in text and "no claim for Crafter" in text
+        assert not any(c.isdigit() for c in text)
 
 
 def test_signed_differences_print_a_minus_sign():

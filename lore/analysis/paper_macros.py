@@ -33,6 +33,7 @@ from lore.analysis.paper_method import (
     abstract_grid,
     advisor_sentence,
     arms_text,
+    crafter_claim_sentence,
     default_choice_sentence,
     gate_sentence,
     grid_sentence,
@@ -138,7 +139,7 @@ def _stat_cell(tables: Tables, env: str, ablation: str, metric: str) -> str:
 def macros_tex(tables: Tables, settings: AnalysisSettings, envs_order: Sequence[str] | None = None,
                decision_root: Path | None = None) -> str:
     """Every macro ``paper/lore.tex`` reads. ``decision_root``: the checkout whose
-    ``docs/experiments/records/decide_default.json`` says how the default was chosen (default: this
+    ``docs/experiments/records`` say how the default was chosen and whether the claim extends to Crafter (default: this
     repository, else the working directory; without the record a sentence says so)."""
     envs = list(envs_order) if envs_order else (sorted(tables.runs["env"].unique()) if len(tables.runs) else [])
     env = primary_env(envs)
@@ -170,6 +171,7 @@ def macros_tex(tables: Tables, settings: AnalysisSettings, envs_order: Sequence[
         "loreAbstractGrid": abstract_grid(tables),
         "loreArms": arms_text(tables, settings, env),
         "loreDefaultChoice": default_choice_sentence(tables, decision_root),
+        "loreCrafterClaim": crafter_claim_sentence(decision_root),
         "loreFindings": findings_text(tables, settings, table_envs, found),
         "loreFindingsSummary": findings_summary(tables, settings, env, found),
         "loreFindingsTable": findings_table(tables, settings, table_envs, found),
@@ -186,6 +188,6 @@ def macros_tex(tables: Tables, settings: AnalysisSettings, envs_order: Sequence[
 
 SENTENCE_MACROS = ("loreHeadline", "loreGoals", "loreOriginalMetric", "loreLLMCost", "loreKLSentence",
                    "loreTrustSentence", "loreGateSentence", "loreGridSentence",
-                   "loreAdvisorSentence", "loreAbstractGrid", "loreArms", "loreDefaultChoice", "loreFindings", "loreFindingsSummary",
+                   "loreAdvisorSentence", "loreAbstractGrid", "loreArms", "loreDefaultChoice", "loreCrafterClaim", "loreFindings", "loreFindingsSummary",
                    "loreGap", "loreChance")
 """The macros holding generated prose (tests/test_paper.py checks them for typed digits)."""

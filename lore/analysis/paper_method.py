@@ -1,6 +1,7 @@
 """The paper's sentences about what ran: the grid, the advisor, each arm's parts, what KL control,
-advice trust and the gate did in the runs, and how the default method was chosen (from the record
-of the pre-registered comparison ``decide_default``, where this checkout has it).
+advice trust and the gate did in the runs, how the default method was chosen and whether the claim extends
+to Crafter (from the records of the pre-registered comparisons ``decide_default`` and ``crafter_cpu_full``,
+where this checkout has them).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from lore.analysis.latex import (
     env_label,
     escape,
     few,
+    fmt_signed,
     name_tex,
     num,
 )
@@ -230,8 +232,10 @@ def gate_sentence(tables: Tables, env: str | None) -> str:
 DECISION = "decide_default"
 """The pre-registered comparison that chose the default design of ``full``."""
 REPO = Path(__file__).resolve().parents[2]
-DECISION_RECORD = Path("docs/experiments/records") / f"{DECISION}.json"
-DECISION_DECLARATION = Path("config/experiments") / f"{DECISION}.yaml"
+RECORDS = Path("docs/experiments/records")
+DECLARATIONS = Path("config/experiments")
+DECISION_RECORD = RECORDS / f"{DECISION}.json"
+DECISION_DECLARATION = DECLARATIONS / f"{DECISION}.yaml"
 
 DESIGN_TEXT = {
     "simple": "a fixed $\\beta$ scaled by the advice trust, with KL control",
@@ -257,6 +261,17 @@ def _read_yaml(path: Path) -> dict | None:
     except Exception:  # noqa: BLE001 - a missing or unreadable declaration only costs detail
         return None
     return data if isinstance(data, dict) else None
+
+
+def _rule(decl: dict) -> dict:
+    """The ``decision`` section of an experiment declaration, empty where it has none."""
+    return decl.get("decision") if isinstance(decl.get("decision"), dict) else {}
+
+
+def _requirements(rule: dict) -> list[dict]:
+    """The well-formed ``require`` entries of a declaration's decision rule."""
+    found = rule.get("require")
+    return [r for r in found if isinstance(r, dict)] if isinstance(found, list) else []
 
 
 def _first_existing(relative: Path, root: Path | None) -> Path:
@@ -308,7 +323,7 @@ def default_choice_sentence(tables: Tables, root: Path | None = None) -> str:
     if record is None or not isinstance(record.get("verdict"), str):
         return _missing_record_text()
     decl = _read_yaml(_first_existing(DECISION_DECLARATION, root)) or {}
-    rule = decl.get("decision") if isinstance(decl.get("decision"), dict) else {}
+    rule = _rule(decl)
     candidates = rule.get("candidates") if isinstance(rule.get("candidates"), dict) else {}
     scores = record.get("scores") if isinstance(record.get("scores"), dict) else {}
     names = list(candidates) or list(scores)
@@ -331,7 +346,7 @@ def default_choice_sentence(tables: Tables, root: Path | None = None) -> str:
     text = (f"The default was chosen by a comparison declared before its runs were trained "
             f"(\\texttt{{{escape(DECISION)}}}){scope}, between {num(len(names))} designs: "
             f"{_join([design(n) for n in names])}.")
-    requires = [r for r in rule.get("require", []) if isinstance(r, dict)] if isinstance(rule.get("require"), list) else []
+    requires = _requirements(rule)
     adversarial = [r for r in requires if r.get("role") == "adversarial" and r.get("test") == "not_below"]
     tie = _number(rule.get("tie"))
     if adversarial:
@@ -379,4 +394,58 @@ def default_choice_sentence(tables: Tables, root: Path | None = None) -> str:
             if extra:
                 text += (f" The {ablation_tex('full')} runs aggregated here predate that choice and ran with "
                          f"{_join(extra)}.")
+    return text
+
+
+# --------------------------------------------------------------------------- whether the claim extends to Crafter
+
+CRAFTER = "crafter_cpu_full"
+"""The pre-registered comparison whose verdict decides whether the paper claims the method for Crafter."""
+
+QUOTED_RECORDS = tuple(RECORDS / f"{name}.json" for name in (DECISION, CRAFTER))
+"""The experiment records the paper quotes (the workflow rebuilds the paper when one changes)."""
+
+METRIC_TEXT = {"crafter_score": "Crafter score", "final_sr": "achievement rate", "auc": "AUC"}
+"""How the paper names a compared metric (on Crafter, the success rate is the mean achievement rate)."""
+
+
+def _difference_text(row: dict) -> str:
+    """``Crafter score +0.41 [$-$0.03, +0.97]``: a paired difference with its interval."""
+    metric = str(row.get("metric"))
+    return (f"{METRIC_TEXT.get(metric, escape(metric))} {num(fmt_signed(row.get('difference')))} "
+            f"[{num(fmt_signed(row.get('low')))}, {num(fmt_signed(row.get('high')))}]")
+
+
+def crafter_claim_sentence(root: Path | None = None) -> str:
+    """Whether the paper's claim extends to Crafter, from the record of ``crafter_cpu_full``: its paired
+    differences per comparison and the verdict of its rule (``adopt``: the rule is the paper's claim for
+    Crafter; otherwise the claim is limited to MiniGrid). Without the record, a sentence saying so (no number is quoted)."""
+    record = _read_json(_first_existing(RECORDS / f"{CRAFTER}.json", root))
+    rows = record.get("comparison") if record is not None else None
+    if record is None or not isinstance(record.get("verdict"), str) or not isinstance(rows, list):
+        return (f"The comparison on Crafter (\\texttt{{{escape(CRAFTER)}}}, declared in "
+                f"{_path_tex(DECLARATIONS / f'{CRAFTER}.yaml')}) has no record in this checkout, so this paper "
+                f"makes no claim for Crafter.")
+    decl = _read_yaml(_first_existing(DECLARATIONS / f"{CRAFTER}.yaml", root)) or {}
+    base = f" ({_path_tex(Path(decl['base']))})" if isinstance(decl.get("base"), str) else ""
+    rows = [r for r in rows if isinstance(r, dict) and r.get("arm") and r.get("vs")]
+    pairs = list(dict.fromkeys((str(r["arm"]), str(r["vs"])) for r in rows))
+    seeds = sorted({int(n) for r in rows if isinstance(n := r.get("n_paired"), (int, float)) and math.isfinite(n)})
+    found = "; ".join(f"{ablation_tex(arm)} $-$ {ablation_tex(vs)}: "
+                      + ", ".join(_difference_text(r) for r in rows if (r["arm"], r["vs"]) == (arm, vs))
+                      for arm, vs in pairs)
+    text = (f"On Crafter, a comparison declared before its runs (\\texttt{{{escape(CRAFTER)}}}: "
+            f"{ablation_tex('full')} with the scripted Crafter advisor at the CPU configuration{base}"
+            + (f", {num(_range_text(seeds))} seeds per arm paired by seed" if seeds else "")
+            + (f") found {found}." if found else ") compared nothing."))
+    tests = {"not_below": "not fall below", "above": "lie above"}
+    wanted = _join([f"{ablation_tex(str(r.get('arm')))} {tests.get(str(r.get('test')), escape(str(r.get('test'))))} "
+                    f"{ablation_tex(str(r.get('vs')))} beyond the paired interval of the "
+                    f"{METRIC_TEXT.get(str(r.get('metric')), escape(str(r.get('metric'))))}" for r in _requirements(_rule(decl))])
+    rule_text = f" Its rule, that {wanted}," if wanted else " Its rule"
+    if record["verdict"] == "adopt":
+        text += f"{rule_text} held; that is the claim this paper makes for Crafter at this budget."
+    else:
+        text += (f"{rule_text} did not hold (verdict \\emph{{{escape(record['verdict'])}}}), so the claim of this "
+                 f"paper is limited to MiniGrid.")
     return text

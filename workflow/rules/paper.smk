@@ -1,12 +1,13 @@
 # The paper: LaTeX macros and tables from the statistics, then the PDF (latexmk / pdflatex).
+from lore.analysis.paper_method import QUOTED_RECORDS
 
 
 rule paper_macros:
     input:
         tables=TABLE_FILES,
         code=analysis_code("paper_macros"),
-        # the record of the experiment that chose the default method (quoted in the method section)
-        decision=[str(p) for p in [REPO / "docs/experiments/records/decide_default.json"] if p.is_file()],
+        # the records of the experiments the paper quotes (how the default was chosen, the claim on Crafter)
+        decision=[str(REPO / p) for p in QUOTED_RECORDS if (REPO / p).is_file()],
     output:
         GENERATED_FILES,
     log:
