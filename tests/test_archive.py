@@ -276,13 +276,30 @@ def test_the_eta_comes_from_measured_runs_of_the_same_preset_and_budget(tmp_path
     assert assumed["assumed"] == 9 and "estimated at" in launch.cost_line(assumed)
     steps = int(dict(states[0].run.overrides).get("train.steps", 0))
     preset = dict(states[0].run.overrides).get("model.preset", "xs")
-    times = {(DOORKEY, "rl_only", preset, steps): [100.0], ("other", "full", preset, steps): [300.0]}
+    times = {(DOORKEY, "rl_only", preset, "dreamer", steps): [100.0], ("other", "full", preset, "dreamer", steps): [300.0]}
     one = launch.cost_summary(decl, states, times, cores=1)
     two = launch.cost_summary(decl, states, times, cores=2)
     # full_noisy has no measured ablation: the median of the same preset and budget, 200
     assert one["assumed"] == 0 and one["eta_s"] == pytest.approx(3 * 100 + 3 * 300 + 3 * 200)
     assert two["eta_s"] == pytest.approx(launch.makespan([100] * 3 + [300] * 3 + [200] * 3, 2)) and two["eta_s"] < one["eta_s"]
     assert launch.makespan([3, 3, 2, 2], 2) == 5 and launch.makespan([4], 3) == 4
+
+
+def test_a_random_policy_run_is_estimated_only_from_random_policy_runs():
+    from types import SimpleNamespace
+
+    learned = {("crafter", "full", "xs", "dreamer", 20000): [1400.0]}
+    walker = SimpleNamespace(env="crafter", ablation="random", overrides=(("train.steps", 20000),))
+    cheap = {("other", "random", "xs", "random", 20000): [90.0]}
+    assert launch.estimate_seconds(walker, {**learned, **cheap}) == (90.0, True)
+    # a learning run's time never stands in for it: without a random-policy run it is assumed
+    assert launch.estimate_seconds(walker, learned) == (20000 * launch.ASSUMED_S_PER_STEP, False)
+    # a learning arm of the same preset and budget still borrows the learning runs' time
+    learner = SimpleNamespace(env="crafter", ablation="rl_only", overrides=(("train.steps", 20000),))
+    assert launch.estimate_seconds(learner, {**learned, **cheap}) == (1400.0, True)
+    settings = SimpleNamespace(env="crafter", ablation="rl_only", overrides=(("train.policy", "random"),
+                                                                              ("train.steps", 20000)))
+    assert launch.estimate_seconds(settings, {**learned, **cheap}) == (90.0, True)
 
 
 @pytest.mark.parametrize(("done", "expected"), [
@@ -298,7 +315,7 @@ def test_a_finished_run_is_timed_on_its_own_cores(tmp_path, done, expected):
         {"env": {"name": "crafter"}, "ablation": "full", "model": {"preset": "xs"}, "train": {"steps": 20000}}))
     (tmp_path / "done").write_text(json.dumps(done))
     profile, seconds = launch._profile(tmp_path)
-    assert profile == ("crafter", "full", "xs", 20000) and seconds == pytest.approx(expected)
+    assert profile == ("crafter", "full", "xs", "dreamer", 20000) and seconds == pytest.approx(expected)
     (tmp_path / "done").write_text(json.dumps({**done, "wall_s": -1.0}))
     assert launch._profile(tmp_path) is None
 

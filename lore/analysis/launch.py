@@ -86,13 +86,17 @@ def launch_ranks(states: list[RunState]) -> list[list[RunState]]:
     return [groups[k] for k in sorted(groups)]
 
 
+DEFAULT_POLICY = "dreamer"
+"""``train.policy`` where a config does not set it: a run that learns (a random-policy run is timed apart)."""
+
+
 def _positive(x) -> bool:
     """``x`` is a finite number above zero (booleans excluded)."""
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
 
 
 def _profile(folder: Path) -> tuple[tuple, float] | None:
-    """((env, ablation, preset, steps), seconds) of a finished run, None if its files do not say. The seconds
+    """((env, ablation, preset, policy, steps), seconds) of a finished run, None if its files do not say. The seconds
     are its time on its own cores: its wall time, or its CPU time over its threads where that is shorter (a
     run paused or sharing a core)."""
     from lore.config import load_yaml
@@ -101,7 +105,8 @@ def _profile(folder: Path) -> tuple[tuple, float] | None:
         cfg = load_yaml(folder / "config.yaml")
         done = json.loads((folder / "done").read_text(encoding="utf-8"))
         wall = done["wall_s"]
-        profile = (cfg["env"]["name"], cfg["ablation"], cfg["model"]["preset"], int(cfg["train"]["steps"]))
+        profile = (cfg["env"]["name"], cfg["ablation"], cfg["model"]["preset"],
+                   cfg["train"].get("policy", DEFAULT_POLICY), int(cfg["train"]["steps"]))
     except Exception:  # noqa: BLE001 - any unreadable run simply gives no measurement
         return None
     if not _positive(wall):
@@ -122,9 +127,12 @@ def measured_times(folders: list[Path]) -> dict[tuple, list[float]]:
 
 
 def _profile_of(run) -> tuple:
-    """(env, ablation, preset, budget) of one planned run."""
-    overrides = dict(run.overrides)
-    return (run.env, run.ablation, overrides.get("model.preset", "xs"), int(overrides.get("train.steps", 50_000)))
+    """(env, ablation, preset, policy, budget) of one planned run."""
+    from lore.ablations import ABLATIONS
+
+    overrides = {**ABLATIONS.get(run.ablation, {}), **dict(run.overrides)}
+    return (run.env, run.ablation, overrides.get("model.preset", "xs"), overrides.get("train.policy", DEFAULT_POLICY),
+            int(overrides.get("train.steps", 50_000)))
 
 
 def estimate_seconds(run, times: dict[tuple, list[float]],
