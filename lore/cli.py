@@ -184,7 +184,7 @@ def _train(cfg, args) -> int:
         from lore.analysis.status import write_finished_line
 
         write_finished_line(args.run_dir, args.finished_line)
-    if args.archive:
+    if args.archive and not summary.get("restored"):  # a restored run is its entry, never archived again
         from lore.analysis.archive import ArchiveError, archive_run
 
         try:

@@ -281,12 +281,23 @@ def _same(path: Path, files: dict[str, bytes]) -> bool:
     return present == sorted(files) and all(_read(path / name) == data for name, data in files.items())
 
 
+def restored_from(entry: Path, run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds ``entry`` as restored from the archive: each of the entry's files byte for
+    byte, whatever format the entry was written in (an entry is never re-cut to today's columns)."""
+    try:
+        return all(os.path.lexists(run_dir / p.name) and _read(run_dir / p.name) == _read(p)
+                   for p in entry.iterdir())
+    except (ArchiveError, OSError):
+        return False
+
+
 def archive_run(run_dir: str | Path, root: str | Path = ARCHIVE_ROOT) -> tuple[Path, bool]:
     """Copy a finished run into the archive; returns (entry, whether it was written now).
 
     Refused with :class:`ArchiveError` (nothing written): a run without ``done`` or ``config.yaml``, a run a
-    live training holds, a run whose archived files would differ from an entry already there. A removed
-    variant's run is archived under its key like any other (:func:`read_identity`).
+    live training holds, a run whose archived files would differ from an entry already there. A run restored
+    from its entry (:func:`restored_from`) is that entry: nothing is written, whatever format the entry has. A
+    removed variant's run is archived under its key like any other (:func:`read_identity`).
     """
     run_dir, root = Path(run_dir), Path(root)
     if is_live(run_dir):
@@ -300,10 +311,11 @@ def archive_run(run_dir: str | Path, root: str | Path = ARCHIVE_ROOT) -> tuple[P
     _check_done(run_dir, files["done"], files["eval.csv"])
     dest = entry_path(root, env, key, seed)
     if dest.exists() or dest.is_symlink():
-        if dest.is_dir() and not dest.is_symlink() and _same(dest, files):
+        if dest.is_dir() and not dest.is_symlink() and (_same(dest, files) or restored_from(dest, run_dir)):
             return dest, False
-        raise ArchiveError(f"{dest}: already archived with other content than {run_dir}; "
-                           "remove the entry first if the new run is the one to keep")
+        raise ArchiveError(f"{dest}: already archived with other content than {run_dir}; the entry is the "
+                           f"record and stays as it is (the two runs differ: keep {run_dir} outside the archive, "
+                           "and `lore reproduce --match` compares the entry with this commit)")
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".seed{seed}.", dir=dest.parent))
     try:
