@@ -42,6 +42,7 @@ localrules:
     paper_macros,
     paper,
     experiment_compare,
+    experiment_trial,
     experiment_log,
 
 

@@ -5,6 +5,7 @@
     lore list                                                 # ablations and presets
     lore eval --run-dir results/runs/x --episodes 20 --with-prior   # evaluate a run's checkpoint
     lore status [results] [--config config/paper.yaml]        # every run: state, step, steps/s, eval SR, ETA
+    lore experiments check|plan|try|compare|recheck|note|log  # declared experiments
     lore aggregate|figures|paper-macros ...                   # analysis (see lore.analysis.cli)
 
 Every error is one line on stderr naming the problem, with exit status 2 (bad input) or
@@ -76,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "complete, e.g. /dev/fd/3 (the workflow's console)")
     t.add_argument("--archive", metavar="DIR", help="copy the finished run into the run archive DIR (e.g. runs); "
                    "a run DIR already holds is restored from it instead of trained")
+    t.add_argument("--restore-only", action="store_true",
+                   help="with --archive: restore a run the archive holds, but archive nothing (a trial)")
     c = sub.add_parser("config", help="print the fully resolved config as YAML")
     _add_config_args(c)
     sub.add_parser("list", help="list ablations and model presets")
@@ -105,6 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--seed", type=int, default=0, help="seed of the random draw (default: 0)")
     r.add_argument("--match", help="only entries whose <env>/<key> contains this text")
     r.add_argument("--keep", metavar="DIR", help="keep the new runs under DIR (default: deleted)")
+    sub.add_parser("experiments", help="declared experiments: check, plan, try, compare, recheck, note, log "
+                   "(see `lore experiments --help`)", add_help=False)
     for name in ANALYSIS_COMMANDS:
         sub.add_parser(name, help=f"analysis command (see `lore {name} --help`)", add_help=False)
     return parser
@@ -112,6 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "experiments":
+        from lore.analysis.experiments import main as experiments_main
+
+        return experiments_main(argv[1:])
     if argv and argv[0] in ANALYSIS_COMMANDS:
         from lore.analysis.cli import main as analysis_main
 
@@ -184,7 +193,7 @@ def _train(cfg, args) -> int:
         from lore.analysis.status import write_finished_line
 
         write_finished_line(args.run_dir, args.finished_line)
-    if args.archive and not summary.get("restored"):  # a restored run is its entry, never archived again
+    if args.archive and not args.restore_only and not summary.get("restored"):  # a restored run is its entry
         from lore.analysis.archive import ArchiveError, archive_run
 
         try:

@@ -293,7 +293,7 @@ def test_a_random_policy_run_is_estimated_only_from_random_policy_runs():
     cheap = {("other", "random", "xs", "random", 20000): [90.0]}
     assert launch.estimate_seconds(walker, {**learned, **cheap}) == (90.0, True)
     # a learning run's time never stands in for it: without a random-policy run it is assumed
-    assert launch.estimate_seconds(walker, learned) == (20000 * launch.ASSUMED_S_PER_STEP, False)
+    assert launch.estimate_seconds(walker, learned) == (launch.JOB_START_S + 20000 * launch.ASSUMED_S_PER_STEP, False)
     # a learning arm of the same preset and budget still borrows the learning runs' time
     learner = SimpleNamespace(env="crafter", ablation="rl_only", overrides=(("train.steps", 20000),))
     assert launch.estimate_seconds(learner, {**learned, **cheap}) == (1400.0, True)
@@ -332,7 +332,9 @@ def test_live_runs_give_the_eta_their_own_speed_before_any_run_finishes(tmp_path
     live = {running.folder: (steps // 2, steps, 5.0)}
     one = launch.cost_summary(decl, states, {}, cores=1, live=live)
     # the live run: its steps left at its speed; the other rl_only runs: its speed; the 6 others: assumed
-    expected = (steps - steps // 2) / 5.0 + 2 * steps / 5.0 + 6 * steps * launch.ASSUMED_S_PER_STEP
+    # (every run not yet started also pays its start-up)
+    start = launch.JOB_START_S
+    expected = (steps - steps // 2) / 5.0 + 2 * (start + steps / 5.0) + 6 * (start + steps * launch.ASSUMED_S_PER_STEP)
     assert one["assumed"] == 6 and one["eta_s"] == pytest.approx(expected)
     # a finished run of the same profile outranks the live speed (and backs every run of its preset and budget)
     times = {launch._profile_of(running.run): [7.0]}
@@ -340,7 +342,7 @@ def test_live_runs_give_the_eta_their_own_speed_before_any_run_finishes(tmp_path
         (steps - steps // 2) / 5.0 + 8 * 7.0)
     # with no speed logged yet, a live run counts for half its estimate
     assert launch.cost_summary(decl, states, {}, cores=1, live={})["eta_s"] == pytest.approx(
-        steps * launch.ASSUMED_S_PER_STEP * (0.5 + 8))
+        (start + steps * launch.ASSUMED_S_PER_STEP) * (0.5 + 8))
     assert launch.live_progress(states) == {}  # no live training holds these folders
 
 

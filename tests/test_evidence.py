@@ -3,8 +3,16 @@ re-archived, and a decided experiment's record re-checks from the entries it lis
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
+import yaml
+from workflow_helpers import REPO, job_env
 
 from lore.analysis import archive as ar
 from lore.cli import main as lore_main
@@ -60,3 +68,165 @@ def test_a_true_conflict_keeps_the_entry_and_never_advises_deleting_it(tmp_path)
     assert "already archived with other content" in message and "stays as it is" in message
     assert "remove" not in message and "delete" not in message
     assert _snapshot(path) == before
+
+
+# --------------------------------------------------------------------------- re-checking records
+
+
+RECORDS = sorted(p.stem for p in (REPO / "docs" / "experiments" / "records").glob("*.json"))
+
+
+@pytest.mark.parametrize("name", RECORDS)
+def test_every_record_rechecks_identically_from_the_archive(name, monkeypatch):
+    from lore.analysis.experiment_recheck import recheck
+
+    monkeypatch.chdir(REPO)
+    result = recheck(name)
+    assert result.identical, result.differences
+
+
+def _crafter_project(tmp_path: Path) -> Path:
+    """A copy of what crafter_cpu_full's record reads: its declaration, its base config, record and entries."""
+    root = tmp_path / "project"
+    for part in ("config", "docs/experiments/records", "runs/crafter"):
+        shutil.copytree(REPO / part, root / part)
+    return root
+
+
+def test_recheck_names_every_difference_and_exits_1(tmp_path, monkeypatch, capsys):
+    root = _crafter_project(tmp_path)
+    monkeypatch.chdir(root)
+    assert lore_main(["experiments", "recheck", "crafter_cpu_full"]) == 0
+    assert "recheck crafter_cpu_full: identical" in capsys.readouterr().out
+    # one seed of the full arm scores otherwise: the record no longer holds
+    entry = next((root / "runs" / "crafter").glob("full-*/seed0"))
+    lines = (entry / "eval.csv").read_text().splitlines()
+    header = lines[0].split(",")
+    ach = [i for i, c in enumerate(header) if c.startswith("ach_")]
+    last = lines[-1].split(",")
+    for i in ach:
+        last[i] = "1"
+    (entry / "eval.csv").write_text("\n".join([*lines[:-1], ",".join(last)]) + "\n")
+    assert lore_main(["experiments", "recheck", "crafter_cpu_full"]) == 1
+    out = capsys.readouterr().out
+    assert "difference(s)" in out and "row crafter/full/rl_only/crafter_score: mean_arm recorded" in out
+
+
+def test_recheck_refuses_a_record_whose_run_is_not_archived(tmp_path, monkeypatch, capsys):
+    root = _crafter_project(tmp_path)
+    monkeypatch.chdir(root)
+    shutil.rmtree(next((root / "runs" / "crafter").glob("random-*/seed3")))
+    assert lore_main(["experiments", "recheck", "crafter_cpu_full"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("lore: error:") and "seed3" in err and "does not hold" in err and "\n" not in err
+
+
+# --------------------------------------------------------------------------- sound comparisons, trials
+
+
+def _declare(root: Path, name: str, decl: dict) -> None:
+    folder = root / "config" / "experiments"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.yaml").write_text(yaml.safe_dump(decl, sort_keys=False))
+
+
+def test_a_comparison_across_budgets_is_refused_before_anything_runs(tmp_path, monkeypatch, capsys):
+    root = tmp_path / "project"
+    shutil.copytree(REPO / "config", root / "config", ignore=shutil.ignore_patterns("experiments"))
+    _declare(root, "short", {
+        "question": "Does full learn at 400 steps?", "base": "config/benchmark.yaml",
+        "settings": {"train.steps": 4000}, "grid": {"envs": [DOORKEY], "seeds": [0, 1]},
+        "arms": {"full": {}}, "baseline": "benchmark", "metrics": ["auc"],
+        "decision": {"rule": "adopt", "require": [{"arm": "full", "vs": "baseline", "metric": "auc",
+                                                    "test": "not_below"}]}})
+    monkeypatch.chdir(root)
+    for command in ("check", "plan"):
+        assert lore_main(["experiments", command, "short"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("lore: error:") and "train.steps is 4000 against 10000" in err, err
+    assert not (root / "results").exists()
+
+
+@pytest.mark.parametrize("cores", ["0", "100000", "1e12"])
+def test_cores_beyond_the_machine_are_refused_in_one_line(cores, monkeypatch, capsys):
+    monkeypatch.chdir(REPO)
+    try:
+        status = lore_main(["experiments", "plan", "crafter_cpu", "--cores", cores])
+    except SystemExit as e:  # a usage error: not a whole number
+        status = e.code
+    err = capsys.readouterr().err.strip()
+    assert status == 2 and err.startswith("lore: error:") and "--cores" in err and "\n" not in err
+
+
+def test_the_eta_shows_every_second_of_work():
+    from lore.analysis.launch import format_duration, makespan
+
+    assert format_duration(145 / 4) == "37 s" and format_duration(145) == "2 min 25 s"
+    assert format_duration(0.2) == "1 s" and format_duration(0) == "0 s"
+    assert format_duration(3 * 3600 + 300) == "3 h 05 min"
+    assert makespan([10.0, 20.0], 10**12) == 20.0  # more cores than jobs allocates nothing for the idle ones
+
+
+def _git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True).stdout
+
+
+def test_a_trial_writes_nothing_under_docs_or_runs(tmp_path):
+    from lore.analysis.experiment_declaration import load_declaration
+    from lore.analysis.experiment_plan import plan
+    from lore.analysis.synthetic import SyntheticRun, write_run
+    from lore.config import build_config, save_config
+
+    root = tmp_path / "project"
+    shutil.copytree(REPO / "config", root / "config", ignore=shutil.ignore_patterns("experiments"))
+    shutil.copy(REPO / ".gitignore", root / ".gitignore")
+    _declare(root, "trial", {
+        "question": "Does rl_only beat the random policy at 400 steps?", "base": "config/test.yaml",
+        "grid": {"envs": [DOORKEY], "seeds": [0, 1]}, "arms": {"rl_only": {}, "random": {}},
+        "compare": [{"arm": "rl_only", "vs": "random"}], "metrics": ["auc"],
+        "decision": {"rule": "adopt", "require": [{"arm": "rl_only", "vs": "random", "metric": "auc",
+                                                    "test": "above"}]}})
+    (root / "docs").mkdir()
+    (root / "docs" / "experiments.md").write_text("the log\n")
+    runs = plan(load_declaration("trial", root), root)
+    for run in runs[1:]:  # every run archived but one, which the trial trains
+        cfg = build_config(None, [f"{k}={json.dumps(v)}" for k, v in run.overrides] + [f"seed={run.seed}"],
+                           run.ablation)
+        folder = write_run(tmp_path / "made" / run.arm / str(run.seed),
+                           SyntheticRun(env=run.env, ablation=run.ablation, seed=run.seed, steps=cfg.train.steps,
+                                        eval_every=cfg.eval.every))
+        save_config(cfg, folder / "config.yaml")
+        ar.archive_run(folder, root / "runs")
+    _git(root, "init", "-q")
+    _git(root, "add", "-A")
+    _git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "declare")
+    proc = subprocess.run([sys.executable, "-m", "lore.cli", "experiments", "try", "trial", "--cores", "2"],
+                          cwd=root, capture_output=True, text=True, timeout=1800, env=job_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _git(root, "status", "--porcelain") == ""  # nothing under docs/ or runs/, nothing tracked touched
+    verdict = json.loads((root / "results" / "experiments" / "trial" / "trial" / "verdict.json").read_text())
+    assert "fewer than 5" in verdict["reason"] and verdict["verdict"] != "incomplete"
+    trained = runs[0].default_dir(root)
+    assert (trained / "done").is_file() and not ar.entry_path(root / "runs", runs[0].env, runs[0].key, runs[0].seed).exists()
+    assert "a trial: nothing was written under docs/ or runs/" in proc.stdout + proc.stderr
+
+
+# --------------------------------------------------------------------------- the README's rebuild, fresh clone
+
+
+def test_the_figure_1_command_rebuilds_from_a_fresh_clone_without_training(tmp_path):
+    if not (REPO / ".git").exists():
+        pytest.skip("not a git checkout: there is no commit to clone")
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True, timeout=600)
+    # the README's command, run from the clone's root with this venv's snakemake and the clone's code
+    cmd = [str(Path(sys.executable).parent / "snakemake"), "--cores", "2", "--configfile", "config/benchmark.yaml"]
+    proc = subprocess.run(cmd, cwd=clone, capture_output=True, text=True, timeout=3000,
+                          env=job_env({"PYTHONPATH": str(clone)}))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _git(clone, "status", "--porcelain") == ""
+    runs = [p.parent for p in (clone / "results" / "bench" / "runs").glob("*/*/seed*/done")]
+    assert len(runs) == 30
+    for run in runs:  # every run restored, none trained
+        assert "restored from the archive" in (run / "train.log").read_text(), run
+        assert not (run / "checkpoint.pt").exists(), run

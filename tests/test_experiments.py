@@ -393,7 +393,8 @@ def _files(root: Path) -> dict[str, bytes]:
 
 
 DECIDED = ("lore: error: exp: decided at abc1234 (verdict: adopt); its record is docs/experiments/records/exp.json "
-           "and its runs, where archived, are in runs/; remove the record to run it again")
+           "and its runs, where archived, are in runs/; `lore experiments recheck exp` recomputes it from them, "
+           "and a new question is a new experiment")
 
 
 def test_a_decided_experiment_is_neither_planned_nor_compared_again(tmp_path):

@@ -150,8 +150,23 @@ def _requirement(table, arm: str, vs: str, metric: str, test: str, value: float 
     return None if any(r is None for r in results) else True
 
 
+MIN_SEEDS = 5
+"""Fewer paired seeds than this in any comparison row are flagged in the verdict's reason."""
+
+
 def verdict(decl: Declaration, table, metrics_table) -> dict:
-    """The decision rule applied to the comparison: ``{"verdict": ..., "reason": ...}``."""
+    """The decision rule applied to the comparison: ``{"verdict": ..., "reason": ...}``; a comparison with
+    fewer than :data:`MIN_SEEDS` paired seeds says so in the reason."""
+    decided = _rule_verdict(decl, table, metrics_table)
+    rows = table.to_dict("records") if len(table) else []
+    paired = [int(r["n_paired"]) for r in rows if r.get("n_arm") and r.get("n_vs")]  # rows with both sides run
+    if paired and min(paired) < MIN_SEEDS:
+        decided["reason"] += (f"; only {min(paired)} paired seed(s) in some comparison, fewer than {MIN_SEEDS}: "
+                              "not evidence for a claim")
+    return decided
+
+
+def _rule_verdict(decl: Declaration, table, metrics_table) -> dict:
     rule = decl.decision
     if rule["rule"] == "adopt":
         results = [(_requirement(table, r["arm"], r["vs"], r["metric"], r["test"], r.get("value")), r)

@@ -78,7 +78,7 @@ def decided_line(name: str, rec: dict) -> str:
 
     return (f"{name}: decided at {rec.get('commit') or 'an unknown commit'} (verdict: {rec['verdict']}); "
             f"its record is {RECORDS_DIR / f'{name}.json'} and its runs, where archived, are in {ARCHIVE_ROOT}/; "
-            "remove the record to run it again")
+            f"`lore experiments recheck {name}` recomputes it from them, and a new question is a new experiment")
 
 
 def check_open(name: str, root: Path = Path(".")) -> None:
@@ -177,7 +177,7 @@ def log_markdown(root: Path = Path(".")) -> str:
     """The experiment log: declared experiments (with their records) first, then the imported ones."""
 
     lines = ["# Experiment log", "",
-             "Written by `python -m lore.analysis.experiments log` from `config/experiments/*.yaml`, their records "
+             "Written by `lore experiments log` from `config/experiments/*.yaml`, their records "
              "in `docs/experiments/records/` and the imported entries in `docs/experiments/imported.yaml`; "
              "do not edit. Effects are paired by seed, 95% bootstrap CIs.", "", "## Declared experiments", ""]
     entries = read_imported(root / IMPORTED)

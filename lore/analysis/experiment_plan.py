@@ -9,7 +9,7 @@ A decided experiment (:func:`lore.analysis.experiment_log.check_open`) is not pl
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from lore.analysis.archive import (
@@ -37,6 +37,8 @@ from lore.analysis.experiment_log import RECORDS_DIR, check_open, decided_record
 
 RESULTS_DIR = Path("results/experiments")
 """Where experiment runs (``runs/<env>/<key>/seed<k>``) and comparisons (``<name>/``) are written."""
+TRIAL_DIR = RESULTS_DIR / "trial"
+"""Where a trial (``snakemake --config experiment=NAME trial=True``) writes its comparisons."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,8 @@ class PlannedRun:
     overrides: tuple[tuple[str, object], ...]
     key: str
     per_run_cache: bool = True
+    terms: tuple[tuple[str, object], ...] = field(default=(), compare=False)
+    """The settings a comparison needs equal on both sides (:func:`comparison_terms`)."""
 
     def default_dir(self, root: Path = Path(".")) -> Path:
         return root / RESULTS_DIR / "runs" / self.env / self.key / f"seed{self.seed}"
@@ -61,10 +65,42 @@ def _plan_arm(decl: Declaration, arm: Arm, envs, seeds, root: Path, label: str |
     runs = []
     for env in envs:
         overrides = run_overrides(decl, arm, env, root, base)
-        key = run_key(arm.ablation, to_dict(resolve_overrides(overrides, arm.ablation)))
+        resolved = to_dict(resolve_overrides(overrides, arm.ablation))
+        key, terms = run_key(arm.ablation, resolved), comparison_terms(resolved)
         frozen = tuple(sorted(overrides.items()))
-        runs += [PlannedRun(env, label or arm.name, int(s), arm.ablation, frozen, key, per_run) for s in seeds]
+        runs += [PlannedRun(env, label or arm.name, int(s), arm.ablation, frozen, key, per_run, terms) for s in seeds]
     return runs
+
+
+COMPARED_SETTINGS = ("train.steps",)
+COMPARED_PREFIXES = ("eval.",)
+"""The budget and the evaluation: the settings two arms compared paired by seed must share."""
+
+
+def comparison_terms(config: dict) -> tuple[tuple[str, object], ...]:
+    """``(dotted key, value)`` of a resolved config's budget and evaluation settings."""
+    from lore.config import dotted
+
+    flat = dotted(config)
+    return tuple(sorted((k, v) for k, v in flat.items()
+                        if k in COMPARED_SETTINGS or k.startswith(COMPARED_PREFIXES)))
+
+
+def check_comparable(decl: Declaration, runs: list[PlannedRun]) -> None:
+    """ExperimentError naming the first comparison whose two arms differ in budget or evaluation settings
+    (:data:`COMPARED_SETTINGS`): their paired differences would compare unlike runs."""
+    terms = {(r.env, r.arm): dict(r.terms) for r in runs}
+    for c in comparisons(decl):
+        vs = f"baseline:{c['arm']}" if c["vs"] == "baseline" else c["vs"]
+        for env in decl.envs:
+            a, b = terms.get((env, c["arm"])), terms.get((env, vs))
+            if a is None or b is None:
+                continue
+            for key in sorted(set(a) | set(b)):
+                if a.get(key) != b.get(key):
+                    raise ExperimentError(
+                        f"{decl.path}: compare: {c['arm']} vs {vs} on {env}: {key} is {a.get(key)!r} against "
+                        f"{b.get(key)!r}; a paired comparison needs the same budget and evaluation on both sides")
 
 
 def baseline_arm(decl: Declaration, name: str, root: Path) -> tuple[Declaration, Arm]:
@@ -121,6 +157,7 @@ def plan(decl: Declaration, root: Path = Path(".")) -> list[PlannedRun]:
     unique: dict[tuple, PlannedRun] = {}
     for run in runs:
         unique.setdefault((run.env, run.arm, run.seed), run)
+    check_comparable(decl, list(unique.values()))
     return list(unique.values())
 
 

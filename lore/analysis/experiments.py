@@ -1,16 +1,20 @@
 """Declared experiments: load and check a declaration, plan its runs, compare them paired by seed, decide.
 
-The command line of declared experiments (``config/experiments/<name>.yaml``): declarations are loaded
-and checked in :mod:`lore.analysis.experiment_declaration`, their runs planned in
-:mod:`lore.analysis.experiment_plan`, compared and decided in :mod:`lore.analysis.experiment_compare`, and
-the experiment log written in :mod:`lore.analysis.experiment_log`. An experiment with a record (a verdict) is
-decided: ``plan`` and ``compare`` refuse it in one line; ``check``, ``note`` and ``log`` still read it.
+The command line of declared experiments (``config/experiments/<name>.yaml``), ``lore experiments ...``
+(or ``python -m lore.analysis.experiments ...``): declarations are loaded and checked in
+:mod:`lore.analysis.experiment_declaration`, their runs planned in :mod:`lore.analysis.experiment_plan`,
+compared and decided in :mod:`lore.analysis.experiment_compare`, re-checked from the archive in
+:mod:`lore.analysis.experiment_recheck`, and the experiment log written in :mod:`lore.analysis.experiment_log`.
+An experiment with a record (a verdict) is decided: ``plan``, ``compare`` and ``try`` refuse it in one line;
+``check``, ``recheck``, ``note`` and ``log`` still read it.
 
-    python -m lore.analysis.experiments check [NAME ...]     # validate declarations (exit 2 on the first error)
-    python -m lore.analysis.experiments plan NAME             # the runs it needs, and which exist
-    python -m lore.analysis.experiments compare NAME          # comparison + verdict -> results/experiments/NAME
-    python -m lore.analysis.experiments note NAME TEXT        # what was done with its verdict
-    python -m lore.analysis.experiments log                   # docs/experiments.md from declarations + records
+    lore experiments check [NAME ...]       # validate declarations (exit 2 on the first error)
+    lore experiments plan NAME              # the runs it needs, which exist, and the ETA
+    lore experiments try NAME               # run it as a trial: nothing written under docs/ or runs/
+    lore experiments compare NAME           # comparison + verdict -> results/experiments/NAME
+    lore experiments recheck [NAME ...]     # recompute decided records from the archive (exit 1 on a difference)
+    lore experiments note NAME TEXT         # what was done with its verdict
+    lore experiments log                    # docs/experiments.md from declarations + records
 """
 
 from __future__ import annotations
@@ -22,13 +26,13 @@ import sys
 from pathlib import Path
 
 from lore.analysis.experiment_compare import compare_experiment
-from lore.analysis.experiment_declaration import ExperimentError, declared_names, load_declaration
+from lore.analysis.experiment_declaration import REPO, ExperimentError, declared_names, load_declaration
 from lore.analysis.experiment_log import LOG, RECORDS_DIR, log_markdown, read_record, record_path
 from lore.analysis.experiment_plan import RESULTS_DIR, experiment_cost
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m lore.analysis.experiments", description=__doc__.split("\n")[0])
+    p = _Parser(prog="lore experiments", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser("check", help="validate declarations (default: all)")
     c.add_argument("names", nargs="*")
@@ -39,6 +43,12 @@ def main(argv: list[str] | None = None) -> int:
     cm.add_argument("name")
     cm.add_argument("--out", type=Path, help=f"output folder (default: {RESULTS_DIR}/<name>)")
     cm.add_argument("--record", action="store_true", help=f"also write {RECORDS_DIR}/<name>.json for the log")
+    rc = sub.add_parser("recheck", help="recompute decided experiments' records from the archived runs they list")
+    rc.add_argument("names", nargs="*", help="default: every record")
+    tr = sub.add_parser("try", help="run an experiment as a trial: nothing written under docs/ or runs/")
+    tr.add_argument("name")
+    tr.add_argument("--cores", type=int, default=os.cpu_count() or 1, help="cores (default: this machine's)")
+    tr.add_argument("--dry-run", "-n", action="store_true", help="print what would run, run nothing")
     nt = sub.add_parser("note", help="record what was done with a verdict (shown in the log)")
     nt.add_argument("name")
     nt.add_argument("text")
@@ -47,12 +57,17 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         if args.command == "check":
+            from lore.analysis.experiment_plan import plan
+
             for name in args.names or declared_names():
-                load_declaration(name)
+                plan(load_declaration(name))  # the declaration, and its comparisons resolved
             print(f"{len(args.names or declared_names())} declaration(s) valid")
+        elif args.command == "recheck":
+            return _recheck(args.names or _recorded_names())
+        elif args.command == "try":
+            return _try(args.name, args.cores, args.dry_run)
         elif args.command == "plan":
-            if args.cores < 1:
-                raise ExperimentError(f"--cores {args.cores}: must be at least 1")
+            check_cores(args.cores)
             from lore.analysis.launch import cost_line
 
             states, summary = experiment_cost(args.name, cores=args.cores)
@@ -83,6 +98,65 @@ def main(argv: list[str] | None = None) -> int:
         print(f"lore: error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
     return 0
+
+
+MAX_CORES = 4096
+"""The most cores an ETA or a trial is planned for."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one ``lore: error: ...`` line (exit status 2)."""
+
+    def error(self, message: str):
+        print(f"lore: error: {self.prog}: {message} (see `{self.prog} --help`)", file=sys.stderr)
+        sys.exit(2)
+
+
+def check_cores(cores: int) -> int:
+    """``cores`` when it is 1..:data:`MAX_CORES`; ExperimentError naming ``--cores`` otherwise."""
+    if not 1 <= cores <= MAX_CORES:
+        raise ExperimentError(f"--cores {cores}: must be 1..{MAX_CORES}")
+    return cores
+
+
+def _recorded_names() -> list[str]:
+    return sorted(p.stem for p in RECORDS_DIR.glob("*.json"))
+
+
+def _recheck(names: list[str]) -> int:
+    """Print one line per record re-checked (and each difference); 1 when any record differs."""
+    from lore.analysis.experiment_recheck import recheck
+
+    differ = 0
+    for name in names:
+        result = recheck(name)
+        print(result.line())
+        for line in result.differences:
+            print(f"  {line}")
+        differ += not result.identical
+    return 1 if differ else 0
+
+
+def _try(name: str, cores: int, dry_run: bool) -> int:
+    """Run experiment ``name`` through the workflow as a trial (``trial=True``): its runs under results/, its
+    comparison in the trial folder, nothing under docs/ or runs/."""
+    import shutil
+    import subprocess
+
+    from lore.analysis.experiment_log import check_open
+
+    load_declaration(name)
+    check_open(name)
+    check_cores(cores)
+    local = Path(sys.executable).parent / "snakemake"
+    snakemake = str(local) if local.exists() else shutil.which("snakemake")
+    if snakemake is None:
+        raise ExperimentError("snakemake: not found (install lore with its workflow extra)")
+    here = Path("Snakefile")
+    snakefile = here if here.is_file() else REPO / "Snakefile"  # a project folder of its own uses lore's workflow
+    cmd = [snakemake, "-s", str(snakefile), "--directory", ".", "--cores", str(cores), "--config",
+           f"experiment={name}", "trial=True"]
+    return subprocess.call(cmd + (["-n"] if dry_run else []))
 
 
 if __name__ == "__main__":

@@ -26,6 +26,9 @@ from lore.analysis.archive import ARCHIVE_ROOT, is_live
 
 ASSUMED_S_PER_STEP = 0.033
 """Seconds per env step assumed when no finished run has the same preset and budget (one thread)."""
+JOB_START_S = 5.0
+"""Seconds a ``lore train`` job spends before its first env step (interpreter, imports, env and model set-up),
+added to every estimate that is not a finished run's whole time."""
 STATES = ("archived", "finished", "running", "missing")
 
 
@@ -144,12 +147,12 @@ def estimate_seconds(run, times: dict[tuple, list[float]],
     if times.get(profile):
         return statistics.median(times[profile]), True
     if live and live.get(profile):
-        return steps * statistics.median(live[profile]), True
+        return JOB_START_S + steps * statistics.median(live[profile]), True
     for match in (profile[1:], profile[2:]):
         values = [v for key, vs in times.items() if key[-len(match):] == match for v in vs]
         if values:
             return statistics.median(values), True
-    return steps * ASSUMED_S_PER_STEP, False
+    return JOB_START_S + steps * ASSUMED_S_PER_STEP, False
 
 
 def live_progress(states: list[RunState]) -> dict[Path, tuple[int, int, float]]:
@@ -168,7 +171,7 @@ def live_progress(states: list[RunState]) -> dict[Path, tuple[int, int, float]]:
 
 def makespan(durations: list[float], cores: int) -> float:
     """Wall seconds to run single-thread jobs of ``durations`` on ``cores`` (longest first, greedy)."""
-    loads = [0.0] * max(1, cores)
+    loads = [0.0] * max(1, min(cores, len(durations)))  # more cores than jobs: one job per core
     for d in sorted(durations, reverse=True):
         heapq.heapreplace(loads, loads[0] + d)
     return max(loads)
@@ -198,6 +201,10 @@ def cost_summary(decl, states: list[RunState], times: dict[tuple, list[float]], 
 
 
 def format_duration(seconds: float) -> str:
+    """``45 s``, ``2 min 25 s`` under ten minutes, then ``17 min``, ``1 h 05 min``; any work above 0 s shows."""
+    if seconds < 600:
+        whole = math.ceil(seconds)
+        return f"{whole // 60} min {whole % 60:02d} s" if whole >= 60 else f"{whole} s"
     minutes = round(seconds / 60)
     return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
 

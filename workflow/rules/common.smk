@@ -237,6 +237,8 @@ except EXP_LOG.ExperimentDecided as e:
 except EXP_DECL.ExperimentError as e:
     raise WorkflowError(f"invalid experiment: {' '.join(str(e).split())}") from None
 
+EXP_TRIAL = bool(config.get("trial"))
+EXP_TRIAL_DIR = str(EXP_PLAN.TRIAL_DIR)
 EXP_RUNS_DIR = str(EXP_PLAN.RESULTS_DIR / "runs")
 EXP_RUN_DIR = os.path.join(EXP_RUNS_DIR, "{env}", "{key}", "seed{seed}")
 # the runs this invocation may train: planned runs with no finished run of the same identity elsewhere
@@ -273,6 +275,8 @@ if EXPERIMENTS and workflow.is_main_process:  # what the grid costs, dry runs in
 
 def experiment_targets():
     """The comparison of every selected experiment and the log."""
+    if EXP_TRIAL:  # nothing under docs/: the comparison alone, in the trial folder
+        return [f"{EXP_TRIAL_DIR}/{name}/comparison.md" for name in EXPERIMENTS]
     outputs = [f"{EXP_PLAN.RESULTS_DIR}/{name}/comparison.md" for name in EXPERIMENTS]
     return outputs + ([str(EXP_LOG.LOG)] if EXPERIMENTS else [])
 
@@ -290,10 +294,13 @@ def experiment_lines():
     import json
 
     lines = []
+    folder = EXP_PLAN.TRIAL_DIR if EXP_TRIAL else EXP_PLAN.RESULTS_DIR
     for name in EXPERIMENTS:
-        record = json.loads((EXP_PLAN.RESULTS_DIR / name / "verdict.json").read_text())
-        lines.append(f"lore: {name}: {record['verdict']} ({record['reason']}); "
-                     f"{EXP_PLAN.RESULTS_DIR / name}/comparison.md")
+        record = json.loads((folder / name / "verdict.json").read_text())
+        lines.append(f"lore: {name}{' (trial)' if EXP_TRIAL else ''}: {record['verdict']} ({record['reason']}); "
+                     f"{folder / name}/comparison.md")
+    if EXP_TRIAL:
+        return lines + ["lore: a trial: nothing was written under docs/ or runs/"]
     return lines + [f"lore: experiment log: {EXP_LOG.LOG}"]
 
 
