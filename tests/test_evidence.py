@@ -230,3 +230,65 @@ def test_the_figure_1_command_rebuilds_from_a_fresh_clone_without_training(tmp_p
     for run in runs:  # every run restored, none trained
         assert "restored from the archive" in (run / "train.log").read_text(), run
         assert not (run / "checkpoint.pt").exists(), run
+
+
+# --------------------------------------------------------------------------- the power rule
+
+
+def _power_project(tmp_path: Path, seeds: list[int], at_least: float = 0.3) -> Path:
+    root = tmp_path / "project"
+    shutil.copytree(REPO / "config", root / "config", ignore=shutil.ignore_patterns("experiments"))
+    envs = [DOORKEY, "MiniGrid-LavaGapS5-v0", "MiniGrid-Empty-Random-6x6-v0"]
+    _declare(root, "pilot", {
+        "question": "On which envs does rl_only learn at the test budget?", "base": "config/test.yaml",
+        "grid": {"envs": envs, "seeds": seeds}, "arms": {"rl_only": {}}, "metrics": ["final_sr"],
+        "decision": {"rule": "power", "arm": "rl_only", "metric": "final_sr", "at_least": at_least}})
+    return root
+
+
+@pytest.mark.parametrize("at_least, powered", [(0.3, ["LavaGapS5", "Empty-Random-6x6"]), (0.5, ["Empty-Random-6x6"]),
+                                               (0.95, [])])
+def test_the_power_rule_names_the_envs_where_the_arm_learns(tmp_path, monkeypatch, at_least, powered):
+    from lore.analysis.experiment_compare import compare_experiment
+    from lore.analysis.experiment_declaration import load_declaration
+    from lore.analysis.experiment_plan import plan
+    from lore.analysis.synthetic import SyntheticRun, write_run
+    from lore.config import build_config, save_config
+
+    root = _power_project(tmp_path, [0, 1, 2, 3, 4], at_least)
+    monkeypatch.chdir(root)
+    final = {DOORKEY: [0.1, 0.2, 0.3, 0.2, 0.1], "MiniGrid-LavaGapS5-v0": [0.2, 0.5, 0.4, 0.3, 0.4],
+             "MiniGrid-Empty-Random-6x6-v0": [0.9, 0.8, 0.9, 1.0, 0.7]}
+    for run in plan(load_declaration("pilot")):
+        cfg = build_config(None, [f"{k}={json.dumps(v)}" for k, v in run.overrides] + [f"seed={run.seed}"], "rl_only")
+        points = cfg.train.steps // cfg.eval.every + 1
+        sr = [0.0] * (points - 1) + [final[run.env][run.seed]]
+        write_run(run.default_dir(), SyntheticRun(env=run.env, seed=run.seed, steps=cfg.train.steps,
+                                                  eval_every=cfg.eval.every, eval_sr=sr))
+        save_config(cfg, run.default_dir() / "config.yaml")
+    rec = compare_experiment("pilot")
+    expected = "powered: " + ", ".join(powered) if powered else "none"
+    assert rec["verdict"] == expected, rec
+    assert rec["scores"]["MiniGrid-LavaGapS5-v0"] == pytest.approx(0.36)
+    assert "fewer than 5" not in rec["reason"]
+
+
+def test_the_power_rule_flags_fewer_than_five_seeds_and_refuses_an_unknown_arm(tmp_path, monkeypatch, capsys):
+    from lore.analysis.experiment_compare import power_verdict
+    from lore.analysis.experiment_declaration import load_declaration
+
+    root = _power_project(tmp_path, [0, 1])
+    monkeypatch.chdir(root)
+    decl = load_declaration("pilot")
+    import pandas as pd
+
+    table = pd.DataFrame([{"env": env, "arm": "rl_only", "seed": s, "final_sr": 0.5} for env in decl.envs
+                          for s in (0, 1)])
+    decided = power_verdict(decl, table)
+    assert decided["verdict"].startswith("powered: ") and "fewer than 5" in decided["reason"]
+    assert power_verdict(decl, table[table["env"] != DOORKEY])["verdict"] == "incomplete"
+    text = (root / "config" / "experiments" / "pilot.yaml").read_text().replace("arm: rl_only", "arm: full")
+    (root / "config" / "experiments" / "pilot.yaml").write_text(text)
+    assert lore_main(["experiments", "check", "pilot"]) == 2
+    err = capsys.readouterr().err
+    assert "decision.arm" in err and "unknown arm 'full'" in err

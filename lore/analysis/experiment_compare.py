@@ -150,6 +150,29 @@ def _requirement(table, arm: str, vs: str, metric: str, test: str, value: float 
     return None if any(r is None for r in results) else True
 
 
+def power_verdict(decl: Declaration, metrics_table) -> dict:
+    """The ``power`` rule: the envs where the arm's mean metric over its seeds reaches ``at_least``
+    (``scores``: that mean per env); fewer than :data:`MIN_SEEDS` seeds on an env is flagged."""
+    rule = decl.decision
+    arm, metric, at_least = rule["arm"], rule["metric"], float(rule["at_least"])
+    envs = decl.arms[arm].envs
+    pick = metrics_table[metrics_table["arm"] == arm] if len(metrics_table) else metrics_table
+    scores, seeds = {}, []
+    for env in envs:
+        values = pick[pick["env"] == env][metric].dropna() if len(pick) and metric in pick else []
+        if len(values):
+            scores[env] = float(values.mean())
+            seeds.append(len(values))
+    if len(scores) < len(envs):
+        return {"verdict": "incomplete", "reason": "some runs have not finished", "scores": scores}
+    powered = [e for e in envs if scores[e] >= at_least]
+    names = ", ".join(e.removeprefix("MiniGrid-").removesuffix("-v0") for e in powered)
+    reason = f"mean {METRICS[metric]} of {arm} at least {at_least:g} on {len(powered)} of {len(envs)} envs"
+    if min(seeds) < MIN_SEEDS:
+        reason += f"; only {min(seeds)} seed(s) on some env, fewer than {MIN_SEEDS}: not evidence for a claim"
+    return {"verdict": f"powered: {names}" if powered else "none", "reason": reason, "scores": scores}
+
+
 MIN_SEEDS = 5
 """Fewer paired seeds than this in any comparison row are flagged in the verdict's reason."""
 
@@ -158,6 +181,8 @@ def verdict(decl: Declaration, table, metrics_table) -> dict:
     """The decision rule applied to the comparison: ``{"verdict": ..., "reason": ...}``; a comparison with
     fewer than :data:`MIN_SEEDS` paired seeds says so in the reason."""
     decided = _rule_verdict(decl, table, metrics_table)
+    if decl.decision["rule"] == "power":
+        return decided
     rows = table.to_dict("records") if len(table) else []
     paired = [int(r["n_paired"]) for r in rows if r.get("n_arm") and r.get("n_vs")]  # rows with both sides run
     if paired and min(paired) < MIN_SEEDS:
@@ -168,6 +193,8 @@ def verdict(decl: Declaration, table, metrics_table) -> dict:
 
 def _rule_verdict(decl: Declaration, table, metrics_table) -> dict:
     rule = decl.decision
+    if rule["rule"] == "power":
+        return power_verdict(decl, metrics_table)
     if rule["rule"] == "adopt":
         results = [(_requirement(table, r["arm"], r["vs"], r["metric"], r["test"], r.get("value")), r)
                    for r in rule["require"]]

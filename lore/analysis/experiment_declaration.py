@@ -248,6 +248,8 @@ def _check_decision(decl: Declaration) -> None:
             _check_reference(decl, f"decision.require[{i}]", req)
         if req["test"] == "ratio_at_least" and "value" not in req:
             raise _fail(path, f"decision.require[{i}].value", "ratio_at_least needs a value")
+    if rule["rule"] == "power":
+        _check_reference(decl, "decision", {"arm": rule["arm"], "metric": rule["metric"]})
     if rule["rule"] == "select":
         for cand, roles in rule["candidates"].items():
             for role, arm in roles.items():

@@ -170,6 +170,10 @@ def _effect_text(rec: dict) -> str:
         env = r["env"].removeprefix("MiniGrid-").removesuffix("-v0")
         parts.append(f"{r['arm']} − {r['vs']} {METRICS[r['metric']]} on {env}: {r['difference']:+.3f} "
                      f"[{r['low']:+.3f}, {r['high']:+.3f}] (n = {r['n_paired']} paired)")
+    if not parts and rec.get("scores") and not rec.get("comparison"):  # a rule on one arm's means (power)
+        parts = [f"{env.removeprefix('MiniGrid-').removesuffix('-v0')}: {value:.3f}"
+                 for env, value in rec["scores"].items() if isinstance(value, (int, float))]
+        return "mean per env: " + "; ".join(parts)
     return "; ".join(parts) or "no paired result yet"
 
 

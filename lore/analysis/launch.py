@@ -47,7 +47,7 @@ def decision_arms(decl) -> set[str]:
     arms: set[str] = set()
     for roles in (rule.get("candidates") or {}).values():
         arms |= {v for k, v in roles.items() if k != "mechanisms" and isinstance(v, str)}
-    for req in rule.get("require") or []:
+    for req in [*(rule.get("require") or []), rule]:
         arms |= {req[k] for k in ("arm", "vs") if isinstance(req.get(k), str)}
     return {a.removeprefix("baseline:") for a in arms} or set(decl.arms) | {"baseline"}
 
