@@ -22,6 +22,11 @@ from lore.analysis.experiment_log import UNDECIDED, ExperimentDecided, check_ope
 from lore.analysis.experiment_plan import RESULTS_DIR, PlannedRun, comparisons, run_dirs
 
 CONFIDENCE, RESAMPLES = 0.95, 2000
+STATISTICS = "exact-paired-bootstrap"
+"""How paired intervals are computed (:func:`lore.analysis.stats.paired_interval`: no resampling seed), as
+records name it; :data:`LEGACY_STATISTICS` is how records that name none were computed."""
+LEGACY_STATISTICS = "bootstrap-2000"
+"""Monte-Carlo paired bootstrap, 2,000 resamples, seed 0 (records written before they named their statistics)."""
 
 
 def run_metrics_table(pairs: list[tuple[PlannedRun, Path]]):
@@ -86,8 +91,11 @@ def distinct_at_last_eval(eval_points) -> float:
     return float((last.astype(float) > 0).sum())
 
 
-def compare_pair(x: dict[int, float], y: dict[int, float], seed: int = 0) -> dict:
-    """``x`` against ``y`` (seed -> value): paired mean difference with its 95% CI, P(x > y), n per side."""
+def compare_pair(x: dict[int, float], y: dict[int, float], seed: int = 0, statistics: str = STATISTICS) -> dict:
+    """``x`` against ``y`` (seed -> value): paired mean difference with its 95% CI (``statistics``: exact, with
+    the bounds' Monte-Carlo error ``mc_error``; or the legacy Monte-Carlo bootstrap), P(x > y), n per side."""
+    if statistics not in (STATISTICS, LEGACY_STATISTICS):
+        raise ValueError(f"statistics {statistics!r}: not one of {STATISTICS}, {LEGACY_STATISTICS}")
     import numpy as np
 
     from lore.analysis import stats as st
@@ -99,16 +107,23 @@ def compare_pair(x: dict[int, float], y: dict[int, float], seed: int = 0) -> dic
            "mean_arm": float(np.mean(list(xs.values()))) if xs else math.nan,
            "mean_vs": float(np.mean(list(ys.values()))) if ys else math.nan,
            "difference": math.nan, "low": math.nan, "high": math.nan, "p_improvement": math.nan}
+    if statistics == STATISTICS:
+        out["mc_error"] = math.nan
     if len(both) >= 2:
         a, b = np.array([xs[s] for s in both]), np.array([ys[s] for s in both])
-        d = st.paired_difference(a, b, confidence=CONFIDENCE, resamples=RESAMPLES, seed=seed)
-        c = st.compare(a, b, confidence=CONFIDENCE, resamples=RESAMPLES, seed=seed)
-        out.update(difference=d.estimate, low=d.low, high=d.high, p_improvement=c.p_improve.estimate)
+        if statistics == STATISTICS:
+            d = st.paired_interval(a, b, confidence=CONFIDENCE, seed=seed)
+            out["mc_error"] = d.mc_error
+        else:
+            d = st.paired_difference(a, b, confidence=CONFIDENCE, resamples=RESAMPLES, seed=seed)
+        out.update(difference=d.estimate, low=d.low, high=d.high,
+                   p_improvement=st.probability_of_improvement(a, b))
     return out
 
 
-def comparison_table(decl: Declaration, metrics_table):
-    """One row per (env, arm, vs, metric) of :func:`comparisons`, paired by seed."""
+def comparison_table(decl: Declaration, metrics_table, statistics: str = STATISTICS):
+    """One row per (env, arm, vs, metric) of :func:`comparisons`, paired by seed (``statistics``:
+    :func:`compare_pair`)."""
     import pandas as pd
 
     rows = []
@@ -124,7 +139,8 @@ def comparison_table(decl: Declaration, metrics_table):
                          strict=True))
             if not x and not y:
                 continue
-            rows.append({"env": env, "arm": arm, "vs": vs_label, "metric": item["metric"], **compare_pair(x, y)})
+            rows.append({"env": env, "arm": arm, "vs": vs_label, "metric": item["metric"],
+                         **compare_pair(x, y, statistics=statistics)})
     return pd.DataFrame(rows)
 
 
@@ -311,7 +327,8 @@ def record(decl: Declaration, table, decided: dict, commit: str | None, run_comm
     planned = [{"env": r.env, "arm": r.arm, "seed": r.seed, "ablation": r.ablation, "key": r.key}
                for r in (runs or [])]
     return {"name": decl.name, "commit": commit, "run_commits": run_commits, "verdict": decided["verdict"],
-            "reason": decided["reason"], "scores": decided.get("scores"), "comparison": rows, "runs": planned}
+            "reason": decided["reason"], "scores": decided.get("scores"), "statistics": STATISTICS,
+            "comparison": rows, "runs": planned}
 
 
 def compare_experiment(name: str, root: Path = Path("."), out: Path | None = None, record_dir: Path | None = None,

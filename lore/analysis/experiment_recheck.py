@@ -1,8 +1,8 @@
 """Re-check a decided experiment's record from the archived runs it lists.
 
 :func:`recheck` reads the entries a record names by their run keys (``runs/<env>/<key>/seed<k>``, whatever
-today's defaults resolve the declaration's arms to), recomputes every comparison row and the verdict with
-the declaration's decision rule, and lists each value that differs from the record. A record that lists no
+today's defaults resolve the declaration's arms to), recomputes every comparison row (with the statistics the
+record names) and the verdict with the declaration's decision rule, and lists each value that differs from the record. A record that lists no
 runs (written before records did) is matched to the archive by today's run keys; when the archive lacks them,
 only the verdict is re-derived from the record's own table, and the result says so.
 """
@@ -112,7 +112,7 @@ def recheck(name: str, root: Path = Path("."), archive: Path | None = None) -> R
     its record (ExperimentError naming the file when the record or an entry it lists is missing)."""
     import pandas as pd
 
-    from lore.analysis.experiment_compare import comparison_table, run_metrics_table, verdict
+    from lore.analysis.experiment_compare import LEGACY_STATISTICS, comparison_table, run_metrics_table, verdict
 
     path = record_path(name, root)
     if not path.exists():
@@ -128,7 +128,7 @@ def recheck(name: str, root: Path = Path("."), archive: Path | None = None) -> R
         out = Recheck(name, "table", 0, len(table), decided["verdict"], _verdict_differences(rec, decided))
         return out
     metrics_table = run_metrics_table(pairs)
-    table = comparison_table(decl, metrics_table)
+    table = comparison_table(decl, metrics_table, rec.get("statistics", LEGACY_STATISTICS))
     decided = verdict(decl, table, metrics_table)
     differences = _row_differences(rec["comparison"], table) + _verdict_differences(rec, decided)
     return Recheck(name, "archive", len(pairs), len(table), decided["verdict"], differences)
