@@ -208,7 +208,7 @@ def _restore(cfg, args) -> dict | int | None:
 
     try:
         entry = restore_run(to_dict(cfg), args.run_dir, args.archive)
-    except (ArchiveError, OSError) as e:
+    except ArchiveError as e:
         return fail(e)
     return None if entry is None else {"restored": str(entry)}
 
@@ -233,6 +233,7 @@ def _archive(args) -> int:
             entries = ar.check_archive(Path(args.to))
             print(ar.size_line(Path(args.to), [e.path for e in entries], sum(bool(e.retired) for e in entries)))
             return 0
+        ar.archive_target(Path(args.to))
         refused = 0
         counts = {True: 0, False: 0}
         for root in args.roots:
@@ -241,15 +242,19 @@ def _archive(args) -> int:
             for run_dir in ar.finished_run_dirs(Path(root)):
                 try:
                     _, new = ar.archive_run(run_dir, Path(args.to))
+                except ar.ArchiveTargetError:
+                    raise  # the archive cannot take any run: one line, no more tries
                 except ar.ArchiveError as e:
                     refused += 1
-                    print(f"lore: not archived: {one_line(e)}", file=sys.stderr)
+                    print(f"lore: error: {one_line(e)}; not archived", file=sys.stderr)
                     continue
                 counts[new] += 1
         print(f"lore: {counts[True]} run(s) archived in {args.to}, {counts[False]} already there, {refused} refused")
         return 2 if refused else 0
     except ar.ArchiveError as e:
         return fail(e)
+    except OSError as e:  # anything the archive's own checks did not name
+        return fail(ar.os_error_text(e))
 
 
 def _eval(args) -> int:
