@@ -218,6 +218,9 @@ def _archive(args) -> int:
 
     from lore.analysis import archive as ar
 
+    folder = args.archive if args.command == "reproduce" else args.to
+    if not folder.strip():
+        return fail(f"{'--archive' if args.command == 'reproduce' else '--to'}: empty folder name")
     try:
         if args.command == "reproduce":
             if args.sample < 1:
@@ -255,6 +258,9 @@ def _archive(args) -> int:
         return fail(e)
     except OSError as e:  # anything the archive's own checks did not name
         return fail(ar.os_error_text(e))
+    except KeyboardInterrupt:  # a half-written entry was removed on the way out
+        print(f"lore: {args.command} interrupted; nothing half-written is left in the archive", file=sys.stderr)
+        return 130
 
 
 def _eval(args) -> int:
