@@ -226,9 +226,18 @@ def _archive(args) -> int:
             if args.sample < 1:
                 return fail(f"--sample {args.sample}: must be at least 1")
             from lore.analysis.reproduce import reproduce_sample
+            from lore.llm import LLMConfigError
+            from lore.train.checkpoint import CheckpointError
+            from lore.train.trainer import Preempted
 
-            results = reproduce_sample(Path(args.archive), args.sample, args.seed, args.match,
-                                       Path(args.keep) if args.keep else None)
+            try:
+                results = reproduce_sample(Path(args.archive), args.sample, args.seed, args.match,
+                                           Path(args.keep) if args.keep else None)
+            except (CheckpointError, LLMConfigError) as e:
+                return fail(e)
+            except Preempted as e:
+                print(f"lore: reproduce {e}", file=sys.stderr)
+                return 143
             same = sum(r.identical for r in results)
             print(f"lore: {same} of {len(results)} archived runs reproduced exactly at this commit")
             return 0 if same == len(results) else 1

@@ -155,6 +155,25 @@ def test_an_empty_archive_name_is_one_line_not_the_current_folder(tmp_path, resu
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results"]
 
 
+def test_an_interrupted_archive_says_so_in_one_line(tmp_path, results, capsys, monkeypatch):
+    def interrupted(*_):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ar, "archive_run", interrupted)
+    assert lore_main(["archive", str(results), "--to", str(tmp_path / "runs")]) == 130
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "interrupted" in err[0]
+
+
+def test_an_os_error_with_a_message_of_its_own_keeps_it():
+    from lore.utils.io import NoSpaceError
+
+    assert ar.os_error_text(NoSpaceError("no space left on device writing runs/x")) == \
+        "no space left on device writing runs/x"
+    assert ar.os_error_text(OSError(errno.ENOSPC, "No space left on device", "runs/x")) == \
+        "runs/x: no space left on device"
+
+
 # --------------------------------------------------------------------------- unwritable targets, unreadable runs
 
 

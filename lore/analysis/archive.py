@@ -100,8 +100,10 @@ class ArchiveTargetError(ArchiveError):
 
 def os_error_text(e: OSError, path: object = None, doing: str = "") -> str:
     """``<path>: [cannot <doing>: ]<what the system says>`` of an OSError (``path``: default its file name)."""
+    if e.strerror is None and path is None:  # raised with a message of its own (lore.utils.io's), not by the system
+        return str(e)
     where = path if path is not None else (e.filename if e.filename is not None else "(no file name)")
-    what = e.strerror or type(e).__name__
+    what = e.strerror or str(e) or type(e).__name__
     what = what[:1].lower() + what[1:]
     return f"{where}: {'cannot ' + doing + ': ' if doing else ''}{what}"
 
