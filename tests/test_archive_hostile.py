@@ -453,24 +453,43 @@ def test_every_number_of_done_is_bounded(entry, capsys, key, value):
     _one_error(capsys, str(path), key)
 
 
-def test_an_eval_number_no_run_has_is_refused_and_a_run_with_one_is_not_archived(entry, tmp_path, capsys):
+@pytest.mark.parametrize(("name", "column", "value"), [
+    ("eval.csv", "return_mean", "1e308"), ("eval.csv", "length_mean", "-2e9"),
+    ("metrics.csv", "llm_calls", "1e308"), ("metrics.csv", "beta_mean", "inf"), ("metrics.csv", "steps_per_s", "-inf"),
+])
+def test_a_table_number_no_run_has_is_refused(entry, capsys, name, column, value):
     archive, path = entry
-    header = (path / "eval.csv").read_text().splitlines()[0].split(",")
-    column = header.index("return_mean")
+    header = (path / name).read_text().splitlines()[0].split(",")
 
-    def huge(lines):
+    def put(lines):
         cells = lines[2].split(",")
-        cells[column] = "1e308"
+        cells[header.index(column)] = value
         lines[2] = ",".join(cells)
 
-    _edit_lines(path / "eval.csv", huge)
+    _edit_lines(path / name, put)
     assert lore_main(["archive", "--check", "--to", str(archive)]) == 2
-    _one_error(capsys, str(path), "return_mean", "1e308")
-    run = _synthetic(tmp_path / "more" / "r3", seed=3)
+    _one_error(capsys, str(path), name, column, value)
+
+
+def test_a_missing_metric_is_no_number_and_passes(entry):
+    archive, path = entry
+    header = (path / "metrics.csv").read_text().splitlines()[0].split(",")
+
+    def gaps(lines):
+        cells = lines[2].split(",")
+        cells[header.index("beta_mean")], cells[header.index("llm_calls")] = "nan", ""
+        lines[2] = ",".join(cells)
+
+    _edit_lines(path / "metrics.csv", gaps)
+    assert len(ar.check_archive(archive)) == 1
+
+
+def test_a_run_with_a_number_no_run_has_is_not_archived(tmp_path):
+    run = _synthetic(tmp_path / "results" / "r3", seed=3)
     _done(run, wall_s=1e308)
     with pytest.raises(ar.ArchiveError, match="wall_s"):
-        ar.archive_run(run, tmp_path / "other")
-    assert not (tmp_path / "other").exists()
+        ar.archive_run(run, tmp_path / "runs")
+    assert not (tmp_path / "runs").exists()
 
 
 def test_fields_an_older_entry_lacks_or_leaves_null_are_accepted(entry):

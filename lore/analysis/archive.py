@@ -64,7 +64,8 @@ MAX_SECONDS = 366 * 24 * 3600
 MAX_COUNT = 10**12
 MAX_THREADS = 1 << 16
 MAX_MAGNITUDE = 1e9
-"""No number of ``eval.csv`` (returns, lengths, scores) nor ``done``'s return is this large."""
+"""No number of ``eval.csv`` (returns, lengths, scores), of ``metrics.csv`` (gate, losses, speeds, counts) nor
+``done``'s return is this large."""
 DONE_NUMBERS = {
     "env_step": (0, MAX_STEP - 1, "a whole number of env steps"),
     "updates": (0, MAX_COUNT, "a count of updates"),
@@ -587,18 +588,25 @@ def _float(cell: str) -> float | None:
         return None  # not a number: load_run names it
 
 
+def _check_magnitudes(path: Path, name: str, header: list[str], rows) -> None:
+    """Every number of a table finite and within ±MAX_MAGNITUDE (empty and NaN cells are no number)."""
+    for line, row in rows:
+        for column, cell in zip(header, row, strict=True):
+            value = _float(cell)
+            if value is not None and not abs(value) <= MAX_MAGNITUDE and not math.isnan(value):
+                raise ArchiveError(f"{path}: {name} line {line}, column {column}: {cell[:40]} is beyond "
+                                   f"±{MAX_MAGNITUDE:g}, not a run's value")
+
+
 def _check_rows(path: Path, files: dict[str, bytes], done_step: int) -> None:
-    """``eval.csv`` rows strictly increasing in env step up to done's, its numbers within ±MAX_MAGNITUDE;
-    no row of ``episodes.csv``, ``metrics.csv`` or ``llm_calls.jsonl`` past done's env step."""
+    """``eval.csv`` rows strictly increasing in env step up to done's; no row of ``episodes.csv``,
+    ``metrics.csv`` or ``llm_calls.jsonl`` past done's env step; every number of ``eval.csv`` and
+    ``metrics.csv`` (what the tables and figures average) finite and within ±MAX_MAGNITUDE."""
     header, rows = _table(files["eval.csv"])
+    _check_magnitudes(path, "eval.csv", header, rows)
     column = header.index("env_step") if "env_step" in header else 0
     previous = None
     for line, row in rows:
-        for name, cell in zip(header, row, strict=True):
-            value = _float(cell)
-            if value is not None and math.isfinite(value) and abs(value) > MAX_MAGNITUDE:
-                raise ArchiveError(f"{path}: eval.csv line {line}, column {name}: {cell[:40]} is beyond "
-                                   f"±{MAX_MAGNITUDE:g}, not a run's value")
         step = _float(row[column])
         if step is None or not math.isfinite(step):
             continue
@@ -612,6 +620,8 @@ def _check_rows(path: Path, files: dict[str, bytes], done_step: int) -> None:
         if name not in files:
             continue
         header, rows = _table(files[name])
+        if name == "metrics.csv":
+            _check_magnitudes(path, name, header, rows)
         if "env_step" not in header:
             continue
         column = header.index("env_step")
