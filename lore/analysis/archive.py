@@ -481,8 +481,10 @@ def _write_entry(root: Path, dest: Path, files: dict[str, bytes]) -> None:
 
 
 def _holding_the_archive(archive):
-    """Run ``archive(run_dir, root)`` holding the archive's exclusive lock, after removing what writers killed
-    before it left; an OSError it meets is an ArchiveError naming its path."""
+    """:func:`archive_run` holding the archive's exclusive lock, after removing what writers killed before it
+    left. Also refused: a run :func:`check_entry` would refuse as an entry, a link or another non-folder on
+    the entry's way (an ArchiveError); an archive that cannot be written is an :class:`ArchiveTargetError`
+    naming the path, an OSError that escapes included (the run's own files are read with their errors named)."""
     @functools.wraps(archive)
     def locked(run_dir: str | Path, root: str | Path = ARCHIVE_ROOT) -> tuple[Path, bool]:
         created = not os.path.lexists(root)
@@ -496,7 +498,7 @@ def _holding_the_archive(archive):
                 with contextlib.suppress(OSError):
                     os.rmdir(root)
             if isinstance(e, OSError):
-                raise ArchiveError(os_error_text(e)) from None
+                raise ArchiveTargetError(os_error_text(e)) from None
             raise
     return locked
 
@@ -506,15 +508,12 @@ def _same(path: Path, files: dict[str, bytes]) -> bool:
     return present == sorted(files) and all(_read(path / name) == data for name, data in files.items())
 
 
-@_holding_the_archive
 def archive_run(run_dir: str | Path, root: str | Path = ARCHIVE_ROOT) -> tuple[Path, bool]:
     """Copy a finished run into the archive; returns (entry, whether it was written now).
 
     Refused with :class:`ArchiveError` (nothing written): a run without ``done`` or ``config.yaml``, a run a
-    live training holds, a run whose archived files would differ from an entry already there or that
-    :func:`check_entry` would refuse, a link or other non-folder on the entry's way. An archive that cannot be
-    written is an :class:`ArchiveTargetError`. A removed variant's run is archived under its key like any
-    other (:func:`read_identity`).
+    live training holds, a run whose archived files would differ from an entry already there. A removed
+    variant's run is archived under its key like any other (:func:`read_identity`).
     """
     run_dir, root = Path(run_dir), Path(root)
     if is_live(run_dir):
@@ -533,8 +532,12 @@ def archive_run(run_dir: str | Path, root: str | Path = ARCHIVE_ROOT) -> tuple[P
             return dest, False
         raise ArchiveError(f"{dest}: already archived with other content than {run_dir}; "
                            "remove the entry first if the new run is the one to keep")
+    dest.parent.mkdir(parents=True, exist_ok=True)
     _write_entry(root, dest, files)
     return dest, True
+
+
+archive_run = _holding_the_archive(archive_run)
 
 
 def finished_run_dirs(results_root: Path) -> list[Path]:
