@@ -481,10 +481,11 @@ def _write_entry(root: Path, dest: Path, files: dict[str, bytes]) -> None:
 
 
 def _holding_the_archive(archive):
-    """:func:`archive_run` holding the archive's exclusive lock, after removing what writers killed before it
-    left. Also refused: a run :func:`check_entry` would refuse as an entry, a link or another non-folder on
-    the entry's way (an ArchiveError); an archive that cannot be written is an :class:`ArchiveTargetError`
-    naming the path, an OSError that escapes included (the run's own files are read with their errors named)."""
+    """:func:`archive_run` under the archive's exclusive lock, after removing the temporaries of writers killed
+    before it took the lock. Refused besides (ArchiveError): a run whose rows or numbers :func:`check_entry`
+    would refuse, a link or a non-folder on the entry's way. An archive that cannot be written, any OSError
+    that escapes included (the run's own files are read with their errors named), is an
+    :class:`ArchiveTargetError` naming the path."""
     @functools.wraps(archive)
     def locked(run_dir: str | Path, root: str | Path = ARCHIVE_ROOT) -> tuple[Path, bool]:
         created = not os.path.lexists(root)
@@ -537,7 +538,7 @@ def archive_run(run_dir: str | Path, root: str | Path = ARCHIVE_ROOT) -> tuple[P
     return dest, True
 
 
-archive_run = _holding_the_archive(archive_run)
+archive_run = _holding_the_archive(archive_run)  # under the archive's lock (see there)
 
 
 def finished_run_dirs(results_root: Path) -> list[Path]:
