@@ -217,7 +217,7 @@ def _restore(cfg, args) -> dict | int | None:
 
     try:
         entry = restore_run(to_dict(cfg), args.run_dir, args.archive)
-    except (ArchiveError, OSError) as e:
+    except ArchiveError as e:
         return fail(e)
     return None if entry is None else {"restored": str(entry)}
 
@@ -227,14 +227,26 @@ def _archive(args) -> int:
 
     from lore.analysis import archive as ar
 
+    folder = args.archive if args.command == "reproduce" else args.to
+    if not folder.strip():
+        return fail(f"{'--archive' if args.command == 'reproduce' else '--to'}: empty folder name")
     try:
         if args.command == "reproduce":
             if args.sample < 1:
                 return fail(f"--sample {args.sample}: must be at least 1")
             from lore.analysis.reproduce import reproduce_sample
+            from lore.llm import LLMConfigError
+            from lore.train.checkpoint import CheckpointError
+            from lore.train.trainer import Preempted
 
-            results = reproduce_sample(Path(args.archive), args.sample, args.seed, args.match,
-                                       Path(args.keep) if args.keep else None)
+            try:
+                results = reproduce_sample(Path(args.archive), args.sample, args.seed, args.match,
+                                           Path(args.keep) if args.keep else None)
+            except (CheckpointError, LLMConfigError) as e:
+                return fail(e)
+            except Preempted as e:
+                print(f"lore: reproduce {e}", file=sys.stderr)
+                return 143
             same = sum(r.identical for r in results)
             print(f"lore: {same} of {len(results)} archived runs reproduced exactly at this commit")
             return 0 if same == len(results) else 1
@@ -242,6 +254,7 @@ def _archive(args) -> int:
             entries = ar.check_archive(Path(args.to))
             print(ar.size_line(Path(args.to), [e.path for e in entries], sum(bool(e.retired) for e in entries)))
             return 0
+        ar.archive_target(Path(args.to))
         refused = 0
         counts = {True: 0, False: 0}
         for root in args.roots:
@@ -250,15 +263,22 @@ def _archive(args) -> int:
             for run_dir in ar.finished_run_dirs(Path(root)):
                 try:
                     _, new = ar.archive_run(run_dir, Path(args.to))
+                except ar.ArchiveTargetError:
+                    raise  # the archive cannot take any run: one line, no more tries
                 except ar.ArchiveError as e:
                     refused += 1
-                    print(f"lore: not archived: {one_line(e)}", file=sys.stderr)
+                    print(f"lore: error: {one_line(e)}; not archived", file=sys.stderr)
                     continue
                 counts[new] += 1
         print(f"lore: {counts[True]} run(s) archived in {args.to}, {counts[False]} already there, {refused} refused")
         return 2 if refused else 0
     except ar.ArchiveError as e:
         return fail(e)
+    except OSError as e:  # anything the archive's own checks did not name
+        return fail(ar.os_error_text(e))
+    except KeyboardInterrupt:  # a half-written entry was removed on the way out
+        print(f"lore: {args.command} interrupted; nothing half-written is left in the archive", file=sys.stderr)
+        return 130
 
 
 def _eval(args) -> int:

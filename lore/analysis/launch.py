@@ -22,7 +22,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from lore.analysis.archive import ARCHIVE_ROOT, is_live
+from lore.analysis.archive import ARCHIVE_ROOT, MAX_SECONDS, is_live
 
 ASSUMED_S_PER_STEP = 0.033
 """Seconds per env step assumed when no finished run has the same preset and budget (one thread)."""
@@ -112,10 +112,10 @@ def _profile(folder: Path) -> tuple[tuple, float] | None:
                    cfg["train"].get("policy", DEFAULT_POLICY), int(cfg["train"]["steps"]))
     except Exception:  # noqa: BLE001 - any unreadable run simply gives no measurement
         return None
-    if not _positive(wall):
+    if not _positive(wall) or wall > MAX_SECONDS:  # no run takes a year: such a time is not measured
         return None
     cpu, threads = done.get("cpu_s"), (done.get("provenance") or {}).get("threads")
-    if _positive(cpu) and isinstance(threads, int) and _positive(threads):
+    if _positive(cpu) and cpu <= MAX_SECONDS and isinstance(threads, int) and _positive(threads):
         wall = min(wall, cpu / threads)
     return profile, float(wall)
 
