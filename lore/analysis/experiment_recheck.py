@@ -112,7 +112,12 @@ def recheck(name: str, root: Path = Path("."), archive: Path | None = None) -> R
     its record (ExperimentError naming the file when the record or an entry it lists is missing)."""
     import pandas as pd
 
-    from lore.analysis.experiment_compare import LEGACY_STATISTICS, comparison_table, run_metrics_table, verdict
+    from lore.analysis.experiment_compare import (
+        LEGACY_STATISTICS,
+        comparison_table,
+        run_metrics_table,
+        verdict,
+    )
 
     path = record_path(name, root)
     if not path.exists():
