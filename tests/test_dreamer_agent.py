@@ -395,14 +395,15 @@ def test_advice_q_values_are_one_imagined_step_scored_by_reward_continue_and_cri
     m = 3
     start = agent.wm.rssm.initial_state(m)
     start = {"deter": torch.randn(m, start["deter"].shape[-1]), "stoch": start["stoch"]}
-    state = agent.generator.get_state()
+    dreamer_draws, state = agent.generator.get_state(), method.method_generator.get_state()
     q = method.advice_q_values(start, samples=2)
     heads = agent.critic.values(agent.wm.rssm.features(start)).shape[0]
     assert q.shape == (m, 2 * heads, A)
-    agent.generator.set_state(state)  # the same latent samples, computed by hand
+    assert torch.equal(agent.generator.get_state(), dreamer_draws)  # the method draws on its own stream
+    method.method_generator.set_state(state)  # the same latent samples, computed by hand
     rep = {k: v.repeat_interleave(A, 0) for k, v in start.items()}
     for sample in range(2):
-        nxt, _ = agent.wm.rssm.img_step(rep, torch.eye(A).repeat(m, 1), agent.generator)
+        nxt, _ = agent.wm.rssm.img_step(rep, torch.eye(A).repeat(m, 1), method.method_generator)
         feat = agent.wm.rssm.features(nxt)
         expected = agent.wm.reward(feat) + agent.cfg.dreamer.gamma * agent.wm.continue_prob(feat) * \
             agent.critic.values(feat)  # [heads, M*A]

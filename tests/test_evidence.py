@@ -292,3 +292,20 @@ def test_the_power_rule_flags_fewer_than_five_seeds_and_refuses_an_unknown_arm(t
     assert lore_main(["experiments", "check", "pilot"]) == 2
     err = capsys.readouterr().err
     assert "decision.arm" in err and "unknown arm 'full'" in err
+
+
+def test_a_run_archived_before_the_cut_changed_is_still_its_entry(tmp_path, monkeypatch):
+    archive = tmp_path / "runs"
+    run = _synthetic(tmp_path / "results" / "r0")
+    monkeypatch.setattr(ar, "METRIC_COLUMNS", ("env_step", "steps_per_s"))  # an older, narrower cut
+    monkeypatch.setattr(ar, "LEDGER_FIELDS", ar.LEDGER_FIELDS[:2])
+    path, new = ar.archive_run(run, archive)
+    before = _snapshot(path)
+    monkeypatch.undo()  # today's cut keeps more columns: the run is still the entry, which stays as it was
+    assert ar.archive_run(run, archive) == (path, False)
+    assert _snapshot(path) == before
+    lines = (run / "metrics.csv").read_text().splitlines()
+    lines[1] = lines[1].rsplit(",", 1)[0] + ",1.5"  # another run: its speed differs in a column the entry keeps
+    (run / "metrics.csv").write_text("\n".join(lines) + "\n")
+    with pytest.raises(ar.ArchiveError, match="already archived with other content"):
+        ar.archive_run(run, archive)

@@ -293,7 +293,7 @@ def test_state_dict_round_trip_resumes_identically():
     resumed.load_state_dict(saved["prior"])
     resumed_gen = torch.Generator()
     resumed_gen.set_state(saved["gen"])
-    assert saved["prior"]["version"] == 2 and "gate_open" not in saved["prior"]
+    assert saved["prior"]["version"] == 3 and "gate_open" not in saved["prior"]
 
     for step, (logits, prior, mask, u, source) in enumerate(inputs[20:], start=20):
         mix_a, beta_a = original.act(logits, prior, mask, u, step, generator=act_gen, source=source)

@@ -79,16 +79,19 @@ DONE_NUMBERS = {
 ``env_step`` (null reads as absent). Every ``llm_calls*`` counter is a count too, and ``provenance.threads``
 a whole number in [1, :data:`MAX_THREADS`]; other fields are not read and not checked."""
 
-EPISODE_COLUMNS = ("env_step", "success")
+EPISODE_COLUMNS = ("env_step", "success", "control")
 LEDGER_FIELDS = ("env_step", "ok", "cache_hit", "failure", "source")
 METRIC_COLUMNS = (
     "env_step", "beta_mean", "prior_mask_frac", "kl_mix_wm", "kl_mix_wm_train", "lambda_kl", "entropy_wm",
-    "trust_llm", "trust_act_llm", "trust_plan",
+    "trust_llm", "trust_act_llm", "trust_plan", "trust_surrogate", "trust_episode_t",
+    "trust_z_llm", "trust_z_plan", "trust_z_surrogate", "trust_step_z_llm", "trust_step_z_plan",
+    "trust_step_z_surrogate", "advice_value_z", "advice_informative_frac",
     "beta_disagree", "beta_agree", "u_entropy_frac_disagree", "u_entropy_frac_agree", "u_value_ratio_disagree",
     "u_value_ratio_agree", "u_disagreement_ratio_disagree", "u_disagreement_ratio_agree",
     "steps_per_s", "update_ms", "update_time_frac", "llm_calls", "llm_cache_hits", "llm_failures",
 )
-"""The ``metrics.csv`` columns that the tables, figures and paper read (lore.analysis.aggregate, .figures)."""
+"""The ``metrics.csv`` columns that the tables, figures and paper read (lore.analysis.aggregate, .figures), and
+the advice trust's evidence, so that the mechanism can be re-analysed without training again."""
 
 
 class ArchiveError(ValueError):
@@ -272,8 +275,8 @@ def cut_columns(text: str, keep: tuple[str, ...]) -> str:
     return out.getvalue()
 
 
-def cut_ledger(text: str) -> str:
-    """The call ledger with only the fields the analysis reads; a truncated last line is dropped."""
+def cut_ledger(text: str, fields: tuple[str, ...] = LEDGER_FIELDS) -> str:
+    """The call ledger with only ``fields`` (those the analysis reads); a truncated last line is dropped."""
     lines = []
     for raw in text.splitlines():
         if not raw.strip():
@@ -283,7 +286,7 @@ def cut_ledger(text: str) -> str:
         except (ValueError, RecursionError):
             break
         if isinstance(record, dict):  # a null field reads as an absent one
-            kept = {k: record[k] for k in LEDGER_FIELDS if record.get(k) is not None}
+            kept = {k: record[k] for k in fields if record.get(k) is not None}
             lines.append(json.dumps(kept, separators=(",", ":")))
     return "".join(line + "\n" for line in lines)
 
@@ -510,13 +513,32 @@ def _same(path: Path, files: dict[str, bytes]) -> bool:
 
 
 def restored_from(entry: Path, run_dir: Path) -> bool:
-    """Whether ``run_dir`` holds ``entry`` as restored from the archive: each of the entry's files byte for
-    byte, whatever format the entry was written in (an entry is never re-cut to today's columns)."""
+    """Whether ``run_dir`` holds ``entry``'s run: each of the entry's files byte for byte, or cut as the entry
+    was cut (its own columns and ledger fields, whatever today's cut keeps). A run restored from the entry and
+    a run the entry was archived from before the cut changed both hold it; an entry is never re-cut."""
     try:
-        return all(os.path.lexists(run_dir / p.name) and _read(run_dir / p.name) == _read(p)
+        return all(os.path.lexists(run_dir / p.name) and _matches_entry(p, _read(run_dir / p.name))
                    for p in entry.iterdir())
-    except (ArchiveError, OSError):
+    except (ArchiveError, OSError, ValueError, RecursionError):
         return False
+
+
+def _ledger_records(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def _matches_entry(entry_file: Path, data: bytes) -> bool:
+    """Whether a run file's bytes, cut as ``entry_file`` (an archived copy of it) was cut, equal it."""
+    own = _read(entry_file)
+    if data == own or entry_file.name not in ("episodes.csv", "metrics.csv", "llm_calls.jsonl"):
+        return data == own
+    text, own_text = data.decode("utf-8"), own.decode("utf-8")
+    if entry_file.name == "llm_calls.jsonl":
+        records = _ledger_records(own_text)
+        fields = tuple(dict.fromkeys(k for record in records for k in record))
+        return _ledger_records(cut_ledger(text, fields)) == records
+    header = next(csv.reader(io.StringIO(own_text)), [])
+    return cut_columns(text, tuple(header)) == own_text
 
 
 def archive_run(run_dir: str | Path, root: str | Path = ARCHIVE_ROOT) -> tuple[Path, bool]:

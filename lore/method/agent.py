@@ -88,6 +88,7 @@ class LoReAgent:
         self.dreamer = DreamerAgent(obs_space, num_actions, cfg, device, batch_keys=prior_batch_keys(num_actions),
                                     actor_term=PriorTerm(self.prior, self._score_advice), head=head)
         self.device = self.dreamer.device
+        self.prior.seed_draws(cfg.seed, self.device)
         self.advisor = None
         self._last: tuple | None = None
         if envs is not None:
@@ -98,6 +99,15 @@ class LoReAgent:
     @property
     def generator(self) -> torch.Generator:
         return self.dreamer.generator
+
+    @property
+    def method_generator(self) -> torch.Generator:
+        """The method's own draws (the prior layer's generator): never DreamerV3's stream."""
+        return self.prior.generator
+
+    def seed_eval_draws(self, seed: int) -> None:
+        """Seed the method's draws of one evaluation (act calls of another batch size than training's)."""
+        self.prior.seed_side_draws(seed)
 
     @property
     def prior_net(self) -> PriorNet | None:
@@ -154,12 +164,12 @@ class LoReAgent:
             u = {"entropy": step.entropy, "value_var": step.value_var}
             if consult is not None:
                 if batch == self.prior.num_envs:  # the control draw decides whether this episode may ask at all
-                    self.prior.draw_control_episodes(step.is_first, step.generator)
+                    self.prior.draw_control_episodes(step.is_first)
                 fresh = consult(self.prior.preview_u(u, batch))
                 if fresh:
                     llm_in = self._llm_act_inputs({**dict(llm or {}), **fresh}, batch)
             logits_mix, mixed["beta"] = self.prior.act(
-                step.logits, llm_in["prior_logits"], llm_in["mask"], u, env_step, generator=step.generator,
+                step.logits, llm_in["prior_logits"], llm_in["mask"], u, env_step,
                 source=llm_in["source"], is_first=step.is_first, control_drawn=consult is not None)
             return logits_mix
 
@@ -247,7 +257,7 @@ class LoReAgent:
         actions = torch.eye(a, device=self.device).repeat(m, 1)
         draws = []
         for _ in range(samples):
-            nxt, _ = wm.rssm.img_step(state, actions, self.generator)
+            nxt, _ = wm.rssm.img_step(state, actions, self.method_generator)
             feat = wm.rssm.features(nxt)
             q = wm.reward(feat) + self.cfg.dreamer.gamma * wm.continue_prob(feat) * critic.values(feat)
             draws.append(q.reshape(-1, m, a))  # [heads, M, A]
@@ -261,7 +271,8 @@ class LoReAgent:
             return {}
         limit = int(self.cfg.prior.trust_states)
         if rows.numel() > limit:
-            pick = torch.randperm(rows.numel(), generator=self.generator, device=self.generator.device)[:limit]
+            gen = self.method_generator
+            pick = torch.randperm(rows.numel(), generator=gen, device=gen.device)[:limit]
             rows = rows[pick.to(rows.device)]
         q = self.advice_q_values({k: v[rows] for k, v in start.items()}, self.cfg.prior.advice_samples)
         return self.prior.observe_advice_values(q / float(scale), prior_logits[rows], codes[rows])
@@ -277,7 +288,7 @@ class LoReAgent:
         """``{step, reward, cont, value}`` on latents [N, D] for :mod:`lore.plan` (no gradient).
 
         ``step(latent, action_onehot [N, A])`` is one prior step with a sampled ``stoch`` (drawn from
-        the agent's generator); ``reward`` is the reward of the transition into the latent, ``cont``
+        the method's generator); ``reward`` is the reward of the transition into the latent, ``cont``
         its continue probability, ``value`` the critic's value (the mean of its heads).
         """
         wm, critic, deter_dim = self.dreamer.wm, self.dreamer.critic, self.cfg.model.deter
@@ -287,7 +298,7 @@ class LoReAgent:
         def step(latent: Tensor, action: Tensor) -> Tensor:
             state = {"deter": latent[:, :deter_dim],
                      "stoch": latent[:, deter_dim:].reshape(-1, rssm.stoch_dim, rssm.classes)}
-            nxt, _ = rssm.img_step(state, action.to(latent.dtype), self.generator)
+            nxt, _ = rssm.img_step(state, action.to(latent.dtype), self.method_generator)
             return rssm.features(nxt)
 
         return {"step": step, "reward": torch.no_grad()(wm.reward), "cont": torch.no_grad()(wm.continue_prob),

@@ -41,7 +41,14 @@ from lore.prior.kl_control import (
 from lore.prior.mixing import categorical_entropy, mix_logits
 from lore.prior.trust import AdviceTrust, act_scale, advice_value_z, replicated_best_action
 
-_STATE_VERSION = 2
+_STATE_VERSION = 3
+METHOD_SEED_OFFSET = 0x4C6F5265
+"""Added to the run seed for the method's own generator (:meth:`PriorLayer.seed_draws`)."""
+
+
+def method_seed(seed: int) -> int:
+    """The seed of the method's draws for run seed ``seed``: never DreamerV3's stream."""
+    return (int(seed) + METHOD_SEED_OFFSET) % 2**63
 _EMA_DECAY = 0.99
 """Decay of the running means that the logged uncertainty ratios divide by."""
 
@@ -88,6 +95,22 @@ class PriorLayer:
         self.act_calls = 0
         self.last_env_step = 0
         self._acc = _zero_acc()
+        self.generator = torch.Generator().manual_seed(method_seed(0))
+        """The method's own random draws in training (beta dropout, control episodes, advice scoring, planning),
+        apart from DreamerV3's generator so that every arm of a seed samples the same actions while the prior is
+        silent; :meth:`seed_draws` seeds it; part of the state."""
+        self.side_generator = torch.Generator().manual_seed(method_seed(0))
+        """The draws of act calls with another batch size (evaluation), which leave the state alone;
+        :meth:`seed_side_draws` seeds it before each evaluation."""
+
+    def seed_draws(self, seed: int, device: torch.device | str = "cpu") -> None:
+        """Seed :attr:`generator` (on ``device``) for run seed ``seed``, on a stream apart from DreamerV3's."""
+        self.generator = torch.Generator(device=device).manual_seed(method_seed(seed))
+        self.side_generator = torch.Generator(device=device).manual_seed(method_seed(seed))
+
+    def seed_side_draws(self, seed: int) -> None:
+        """Seed :attr:`side_generator` (one evaluation's draws)."""
+        self.side_generator.manual_seed(method_seed(seed))
 
     # ------------------------------------------------------------------ settings
 
@@ -195,6 +218,8 @@ class PriorLayer:
         self._check_batch(logits_wm, mask)
         batch, device = logits_wm.shape[0], logits_wm.device
         stateful = batch == self.num_envs
+        if generator is None:
+            generator = self.generator if stateful else self.side_generator
         prior = self._checked_prior(prior_logits, mask, logits_wm)
         signals = self._uncertainty_signals(u, batch, device)
 
@@ -256,7 +281,7 @@ class PriorLayer:
         if self.cfg.enabled and self.cfg.trust:
             self.trust.steps.observe(torch.as_tensor(changed), torch.as_tensor(source), torch.as_tensor(failed))
 
-    def draw_control_episodes(self, is_first: torch.Tensor | None, generator: torch.Generator | None) -> None:
+    def draw_control_episodes(self, is_first: torch.Tensor | None, generator: torch.Generator | None = None) -> None:
         """At each env's episode start, make the episode a control episode with prob ``control_episodes``.
 
         Called by :meth:`act`, or before it when the LLM is consulted before acting (the controller must know
@@ -266,8 +291,9 @@ class PriorLayer:
         starts = torch.as_tensor(is_first).reshape(-1).bool().cpu()
         if not bool(starts.any()):
             return
-        gen_device = generator.device if generator is not None else torch.device("cpu")
-        draw = (torch.rand(self.num_envs, generator=generator, device=gen_device) < self.cfg.control_episodes).cpu()
+        generator = self.generator if generator is None else generator
+        draw = (torch.rand(self.num_envs, generator=generator, device=generator.device)
+                < self.cfg.control_episodes).cpu()
         self.control = torch.where(starts, draw, self.control)
 
     def _record_act(self, logits_wm, logits_mix, beta, beta_unbounded, mask, prior, signals, u_comb, parts) -> None:
@@ -473,6 +499,7 @@ class PriorLayer:
             "act_calls": self.act_calls,
             "last_env_step": self.last_env_step,
             "acc": dict(self._acc),
+            "generator": self.generator.get_state().tolist(),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -481,6 +508,7 @@ class PriorLayer:
                              f"{state.get('version')}, this release reads {_STATE_VERSION}")
         self.temperature = float(state["temperature"])
         self.lambda_kl = float(state["lambda_kl"])
+        self.generator.set_state(torch.tensor(state["generator"], dtype=torch.uint8))
         control = torch.tensor(state["control"], dtype=torch.bool)
         if control.shape != (self.num_envs,):
             raise ValueError(f"PriorLayer.load_state_dict: saved state has {control.numel()} envs, "

@@ -69,6 +69,8 @@ def evaluate_policy(agent, env, cfg: RunConfig, device: torch.device, eval_index
         torch.manual_seed(cfg.seed * 7919 + eval_index)
         if generator_state is not None:
             agent.generator.manual_seed(cfg.seed * 7919 + eval_index)
+        if hasattr(agent, "seed_eval_draws"):
+            agent.seed_eval_draws(cfg.seed * 7919 + eval_index)
         for first in range(0, episodes, len(envs)):
             wave = list(range(first, min(first + len(envs), episodes)))
             finished = _run_wave(agent, envs[:len(wave)], wave, cfg, device, llm_inputs, should_stop,

@@ -50,11 +50,12 @@ rule experiment_trial:
         f"{EXP_TRIAL_DIR}/logs/{{name}}.compare.log",
     wildcard_constraints:
         name="[A-Za-z0-9_]+",
+    params:
+        out=lambda wildcards: f"{EXP_TRIAL_DIR}/{wildcards.name}",
     conda:
         "../envs/lore.yaml"
     shell:
-        "python -m lore.analysis.experiments compare {wildcards.name} --out {EXP_TRIAL_DIR}/{wildcards.name} "
-        "> {log} 2>&1"
+        "python -m lore.analysis.experiments compare {wildcards.name} --out {params.out} > {log} 2>&1"
 
 
 rule experiment_compare:
