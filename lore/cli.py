@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 
 import yaml
@@ -31,8 +32,55 @@ def one_line(message: object) -> str:
 
 
 def fail(message: object, status: int = 2) -> int:
-    print(f"lore: error: {one_line(message)}", file=sys.stderr)
+    """Print ``message`` as the one ``lore: error:`` line (keys and URL secrets masked); returns ``status``."""
+    from lore.llm.secrets import redact_text
+
+    print(f"lore: error: {one_line(redact_text(str(message)))}", file=sys.stderr)
     return status
+
+
+class RedactingFilter(logging.Filter):
+    """Masks keys and URL secrets (:func:`~lore.llm.secrets.redact_text`) in every record it passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from lore.llm.secrets import redact_text
+
+        record.msg, record.args = redact_text(record.getMessage()), None
+        return True
+
+
+def log_to_stderr() -> None:
+    """Warnings and errors of every logger to stderr, one line each, redacted (what Python would print without a
+    handler, masked); nothing when the root logger has handlers already."""
+    root = logging.getLogger()
+    if root.handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.WARNING)
+    handler.addFilter(RedactingFilter())
+    root.addHandler(handler)
+
+
+def bounded_int(lo: int, hi: int):
+    """An argparse ``type``: an integer in ``[lo, hi]`` (written as digits, or as a whole number like ``1e3``),
+    checked before anything uses it."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            try:
+                number = float(text)
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+            if not number.is_integer():
+                raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+            value = int(number)
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"{text} is out of range: expected {lo}..{hi}")
+        return value
+
+    return parse
 
 
 class _Parser(argparse.ArgumentParser):
@@ -117,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return analysis_main(argv) or 0
     args = build_parser().parse_args(argv)
+    log_to_stderr()
     from lore.config import ConfigError, to_dict
 
     try:
@@ -149,7 +198,9 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError("--run-dir: empty directory name")
         cfg = _config_from_args(args)
         if args.command == "config":
-            print(yaml.safe_dump(to_dict(cfg), sort_keys=False), end="")
+            from lore.llm.secrets import redact_value
+
+            print(yaml.safe_dump(redact_value(to_dict(cfg)), sort_keys=False), end="")
             return 0
         return _train(cfg, args)
     except ConfigError as e:

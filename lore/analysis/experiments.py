@@ -15,7 +15,6 @@ decided: ``plan`` and ``compare`` refuse it in one line; ``check``, ``note`` and
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -26,15 +25,21 @@ from lore.analysis.experiment_declaration import ExperimentError, declared_names
 from lore.analysis.experiment_log import LOG, RECORDS_DIR, log_markdown, read_record, record_path
 from lore.analysis.experiment_plan import RESULTS_DIR, experiment_cost
 
+MAX_CORES = 65_536
+"""Most cores an ETA is computed for (beyond any one machine or allocation)."""
+
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m lore.analysis.experiments", description=__doc__.split("\n")[0])
+    from lore.cli import _Parser, bounded_int
+
+    p = _Parser(prog="python -m lore.analysis.experiments", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser("check", help="validate declarations (default: all)")
     c.add_argument("names", nargs="*")
     pl = sub.add_parser("plan", help="list an experiment's runs in launch order, their states and the ETA")
     pl.add_argument("name")
-    pl.add_argument("--cores", type=int, default=os.cpu_count() or 1, help="cores for the ETA (default: this machine's)")
+    pl.add_argument("--cores", type=bounded_int(1, MAX_CORES), default=os.cpu_count() or 1,
+                    help=f"cores for the ETA, 1..{MAX_CORES} (default: this machine's)")
     cm = sub.add_parser("compare", help="compare an experiment's runs and apply its decision rule")
     cm.add_argument("name")
     cm.add_argument("--out", type=Path, help=f"output folder (default: {RESULTS_DIR}/<name>)")
@@ -51,8 +56,6 @@ def main(argv: list[str] | None = None) -> int:
                 load_declaration(name)
             print(f"{len(args.names or declared_names())} declaration(s) valid")
         elif args.command == "plan":
-            if args.cores < 1:
-                raise ExperimentError(f"--cores {args.cores}: must be at least 1")
             from lore.analysis.launch import cost_line
 
             states, summary = experiment_cost(args.name, cores=args.cores)

@@ -53,9 +53,11 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
 
 
 def save_config(cfg: RunConfig, path: str | Path) -> None:
+    """Write ``cfg`` as YAML, every API key in it masked."""
+    from lore.llm.secrets import redact_value
     from lore.utils.io import atomic_write_text
 
-    atomic_write_text(path, yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    atomic_write_text(path, yaml.safe_dump(redact_value(to_dict(cfg)), sort_keys=False))
 
 
 def config_from_saved(path: str | Path) -> RunConfig:
