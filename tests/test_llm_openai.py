@@ -333,10 +333,13 @@ TIMING_COLUMNS = ("llm_latency_ms_total", "steps_per_s", "update_ms", "update_ti
 
 
 def test_a_train_run_with_an_open_model_and_its_replay_without_the_server(stub, api_key, tmp_path, monkeypatch):
-    """`lore train` with llm.backend=openai asks the loopback server (some calls fail and are counted); a
-    `replay` run of its ledger, with no server and no key, writes the same eval.csv and the same losses."""
+    """`lore train` with llm.backend=openai asks the loopback server (some calls fail and are counted; the
+    server refuses response_format, so the run switches to plain text, with a warning in the ledger and
+    metrics.csv); a `replay` run of its ledger, with no server and no key, writes the same eval.csv and the
+    same losses and counters."""
     import pandas as pd
 
+    stub.schema_support = False
     stub.push("http500", "http500", "http500", "malformed", "bad_action")
     sets = ["model.preset=debug", "env.name=MiniGrid-Empty-5x5-v0", "env.max_episode_steps=40", "device=cpu",
             "train.steps=200", "train.prefill=40", "train.batch_length=8", "train.train_ratio=32",
@@ -361,6 +364,11 @@ def test_a_train_run_with_an_open_model_and_its_replay_without_the_server(stub, 
     failures = [r["failure"] for r in records if not r["ok"]]
     assert failures[:3] == ["server_error", "malformed_json", "bad_plan"]
     assert sum(r["attempts"] for r in records) == served  # every request the server saw is ledgered
+    assert "does not support response_format" in records[0]["warning"]
+    assert all(r["warning"] is None for r in records[1:])
+    assert recorded["metrics"]["llm_schema_dropped"].iloc[-1] == 1
+    for path in (tmp_path / "open").rglob("*"):
+        assert not path.is_file() or KEY.encode() not in path.read_bytes(), path
     stub.stop()
     monkeypatch.delenv("OPENAI_API_KEY")
 

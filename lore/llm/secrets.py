@@ -1,7 +1,8 @@
 """The API keys' names and their removal from anything written to disk or shown in a message.
 
-A leaf module: the backends read the keys, and the controller, the ledger and the cache redact them from
-what they keep, without either depending on the other (no import cycles).
+A leaf module (it needs only :mod:`lore.validation`): the backends read the keys, and the controller, the
+ledger, the cache, the config writer and the command line redact them from what they keep or show, without
+either depending on the other (no import cycles).
 
 A key is removed in every form it can take in text: as it is, JSON-escaped (with and without ``\\uXXXX``
 escapes), as a Python ``repr`` of the text or of its UTF-8 bytes, and URL-quoted; a key spread over lines is
