@@ -287,9 +287,11 @@ class HTTPBackend:
     _connects: tuple[type, ...] = ()
 
     def __init__(self, timeout_s: float, retries: int, backoff_s: float, secrets: tuple[str, ...], sleep=None):
-        if not (0 < timeout_s <= MAX_LLM_TIMEOUT_S and 0 <= retries <= MAX_LLM_RETRIES and 0 <= backoff_s <= BACKOFF_MAX_S):
-            raise LLMConfigError(f"llm.timeout_s must be in (0, {MAX_LLM_TIMEOUT_S:g}], llm.retries in [0, {MAX_LLM_RETRIES}] "
-                                 f"and llm.backoff_s in [0, {BACKOFF_MAX_S:g}] (got {timeout_s}, {retries}, {backoff_s})")
+        if not (0 < timeout_s <= MAX_LLM_TIMEOUT_S and 0 <= retries <= MAX_LLM_RETRIES
+                and 0 <= backoff_s <= BACKOFF_MAX_S):
+            raise LLMConfigError(f"llm.timeout_s must be in (0, {MAX_LLM_TIMEOUT_S:g}], llm.retries in "
+                                 f"[0, {MAX_LLM_RETRIES}] and llm.backoff_s in [0, {BACKOFF_MAX_S:g}] "
+                                 f"(got {timeout_s}, {retries}, {backoff_s})")
         self.timeout_s = float(timeout_s)
         self.retries = int(retries)
         self.backoff_s = float(backoff_s)

@@ -269,13 +269,15 @@ def new_client(**kwargs: Any) -> Any:
 
 
 def is_loopback(host: str | None) -> bool:
-    """Whether ``host`` names this machine (``localhost``, 127.0.0.0/8, ``::1``) without a name lookup."""
+    """Whether ``host`` names this machine (``localhost``, 127.0.0.0/8, ``::1``, or the unspecified address,
+    which connects here) without a name lookup."""
     if not host:
         return False
     host = host.strip("[]").lower()
     if host == "localhost" or host.endswith(".localhost"):
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        address = ipaddress.ip_address(host)
+        return address.is_loopback or address.is_unspecified
     except ValueError:
         return False
