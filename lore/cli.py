@@ -22,6 +22,8 @@ import yaml
 
 ANALYSIS_COMMANDS = ("aggregate", "figures", "paper-macros")
 MAX_ERROR_CHARS = 4000
+MAX_SAMPLE = 100_000
+"""Most archived runs ``lore reproduce`` re-runs at once."""
 
 
 def one_line(message: object) -> str:
@@ -149,8 +151,9 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--check", action="store_true", help="only check every archive entry and print its size")
     r = sub.add_parser("reproduce", help="re-run a sample of archived runs here and compare their eval.csv exactly")
     r.add_argument("--archive", default="runs", help="the archive (default: runs)")
-    r.add_argument("--sample", type=int, default=2, help="how many runs, one per ablation first (default: 2)")
-    r.add_argument("--seed", type=int, default=0, help="seed of the random draw (default: 0)")
+    r.add_argument("--sample", type=bounded_int(1, MAX_SAMPLE), default=2,
+                   help=f"how many runs, one per ablation first, 1..{MAX_SAMPLE} (default: 2)")
+    r.add_argument("--seed", type=bounded_int(0, 2**32 - 1), default=0, help="seed of the random draw (default: 0)")
     r.add_argument("--match", help="only entries whose <env>/<key> contains this text")
     r.add_argument("--keep", metavar="DIR", help="keep the new runs under DIR (default: deleted)")
     for name in ANALYSIS_COMMANDS:
@@ -271,8 +274,6 @@ def _archive(args) -> int:
 
     try:
         if args.command == "reproduce":
-            if args.sample < 1:
-                return fail(f"--sample {args.sample}: must be at least 1")
             from lore.analysis.reproduce import reproduce_sample
 
             results = reproduce_sample(Path(args.archive), args.sample, args.seed, args.match,

@@ -189,8 +189,6 @@ CALL_SLACK_S = 2.0
 """How long after its deadline (``timeout_s × (retries + 1)``) a call may still take to return: the time to
 raise, parse a response of at most ``MAX_RESPONSE_BYTES`` and hand it over. The controller gives a call this
 long before it gives it up."""
-BACKOFF_MAX_S = MAX_BACKOFF_S
-"""Longest pause before a retry that the exponential backoff alone asks for."""
 RETRY_AFTER_MAX_S = 60.0
 """Longest ``Retry-After`` honoured: a server asking for longer is asked again after this long."""
 UNSUPPORTED_FEATURE = re.compile(
@@ -271,7 +269,7 @@ class HTTPBackend:
 
     A call starts its attempts while its deadline (:func:`call_budget_s`) has time left; each attempt may take
     ``timeout_s``, never past the deadline. 429, 5xx, 408 and connection errors are retried after a pause of
-    ``backoff_s × 2^k`` (at most :data:`BACKOFF_MAX_S`), or the server's ``Retry-After`` where longer (at most
+    ``backoff_s × 2^k`` (at most :data:`MAX_BACKOFF_S`), or the server's ``Retry-After`` where longer (at most
     :data:`RETRY_AFTER_MAX_S`); a pause that would pass the deadline ends the call at once. A ``Retry-After``
     also holds for the calls that start before it has passed. A timeout, another 4xx, a response larger than
     ``MAX_RESPONSE_BYTES`` and a cut-off answer are not retried."""
@@ -288,9 +286,9 @@ class HTTPBackend:
 
     def __init__(self, timeout_s: float, retries: int, backoff_s: float, secrets: tuple[str, ...], sleep=None):
         if not (0 < timeout_s <= MAX_LLM_TIMEOUT_S and 0 <= retries <= MAX_LLM_RETRIES
-                and 0 <= backoff_s <= BACKOFF_MAX_S):
+                and 0 <= backoff_s <= MAX_BACKOFF_S):
             raise LLMConfigError(f"llm.timeout_s must be in (0, {MAX_LLM_TIMEOUT_S:g}], llm.retries in "
-                                 f"[0, {MAX_LLM_RETRIES}] and llm.backoff_s in [0, {BACKOFF_MAX_S:g}] "
+                                 f"[0, {MAX_LLM_RETRIES}] and llm.backoff_s in [0, {MAX_BACKOFF_S:g}] "
                                  f"(got {timeout_s}, {retries}, {backoff_s})")
         self.timeout_s = float(timeout_s)
         self.retries = int(retries)
@@ -390,7 +388,7 @@ class HTTPBackend:
                 raise error
             if call.attempts > self.retries:
                 raise error
-            backoff = min(self.backoff_s * 2 ** (call.attempts - 1), BACKOFF_MAX_S)
+            backoff = min(self.backoff_s * 2 ** (call.attempts - 1), MAX_BACKOFF_S)
             if not self._pause(call, max(backoff, retry_after)):
                 raise error
 
