@@ -5,7 +5,9 @@ Faults every stub understands: ``ok``, the bad answers of :func:`answer_text`, `
 answer after a pause), ``hang`` (never answers until the stub stops), ``reset`` (the connection is reset
 before any answer), ``bad_body`` (HTTP 200, body not JSON), ``trickle:<seconds>:<pieces>`` (a valid answer
 whose body is written in ``pieces`` parts spread over ``seconds``, each pause far shorter than a timeout) and
-``oversize:<bytes>`` (a valid answer padded with white space to ``bytes``, a valid JSON body of that size).
+``oversize:<bytes>`` (a valid answer padded with white space to ``bytes``, a valid JSON body of that size),
+``gzip:<bytes>`` (the same, sent gzip-compressed: a small body that inflates to ``bytes``), ``encoding:<name>``
+(a valid answer declared in the content encoding ``name``) and ``redirect`` (307 to another path).
 With no fault queued a stub answers ``ok``. ``max_active`` is the most requests handled at once.
 
 Threaded on purpose: a single-threaded server hangs on keep-alive connections.
@@ -13,6 +15,7 @@ Threaded on purpose: a single-threaded server hangs on keep-alive connections.
 
 from __future__ import annotations
 
+import gzip
 import json
 import socket
 import struct
@@ -174,7 +177,10 @@ class LoopbackStub:
         if fault == "bad_body":
             self._send_raw(handler, 200, b"<html>not json</html>")
             return None
-        if fault.startswith(("trickle:", "oversize:")):  # the answer's body is written the fault's way
+        if fault == "redirect":
+            self._send_raw(handler, 307, b"{}", {"Location": "/elsewhere"})
+            return None
+        if fault.startswith(("trickle:", "oversize:", "gzip:", "encoding:")):  # the body is written its way
             handler.body_fault = fault
             return "ok"
         return fault
@@ -184,12 +190,18 @@ class LoopbackStub:
 
     def _send_raw(self, handler, code: int, data: bytes, headers: dict | None = None) -> None:
         fault = getattr(handler, "body_fault", "")
+        headers = dict(headers or {})
+        if fault.startswith("gzip:"):
+            data = gzip.compress(data + b" " * (int(fault.split(":")[1]) - len(data)), compresslevel=1)
+            headers["Content-Encoding"] = "gzip"
+        elif fault.startswith("encoding:"):
+            headers["Content-Encoding"] = fault.split(":")[1]
         size = int(fault.split(":")[1]) if fault.startswith("oversize:") else len(data)
         try:
             handler.send_response(code)
             handler.send_header("Content-Type", "application/json")
             handler.send_header("Content-Length", str(size))
-            for name, value in (headers or {}).items():
+            for name, value in headers.items():
                 handler.send_header(name, value)
             handler.end_headers()
             if fault.startswith("trickle:"):

@@ -108,6 +108,29 @@ def test_an_oversized_body_stops_being_read_at_the_cap(server):
     assert b.complete(request()).attempts == 1
 
 
+def test_a_compressed_body_is_inflated_under_the_same_cap(server):
+    name, stub = server
+    b = backend(name, stub.base_url, timeout_s=5.0)
+    stub.push("gzip:4000")  # a valid answer, compressed although the client asked for none
+    assert b.complete(request()).attempts == 1
+    stub.push(f"gzip:{16 * MAX_RESPONSE_BYTES}")  # a few kB on the wire, 16 MiB inflated
+    error, _ = failed_call(b)
+    assert error.kind == "too_large" and error.attempts == 1
+    stub.push("encoding:br")  # an encoding the transport does not inflate under the cap
+    error, _ = failed_call(b)
+    assert error.kind == "backend_error" and error.attempts == 1
+    assert len(stub.requests) == 3 and stub.requests[0]["headers"].get("Accept-Encoding") == "identity"
+
+
+def test_a_redirect_is_not_followed(server):
+    """Following it would send the key to wherever it points and make requests no attempt counts."""
+    name, stub = server
+    b = backend(name, stub.base_url)
+    stub.push("redirect")
+    error, _ = failed_call(b)
+    assert error.kind == "http_error" and "307" in str(error) and error.attempts == len(stub.requests) == 1
+
+
 def test_a_retry_after_of_an_hour_is_honoured_up_to_its_cap(server):
     """A 429 asking for an hour: the wait (capped at RETRY_AFTER_MAX_S) passes the call's deadline, so the call
     ends at once; the calls that follow within the wait fail at once too, without a request."""
@@ -190,6 +213,18 @@ def test_a_call_given_up_has_its_transfer_ended_and_its_attempts_ledgered(server
     assert ctl.inflight == 0 and time.perf_counter() - start < 3.0
     ctl.close()
     assert [r["attempts"] for r in ledger(tmp_path)] == [len(stub.requests)] == [1]
+
+
+def test_odd_usage_numbers_and_names_fail_nothing(tmp_path, monkeypatch):
+    with OpenAIStub(num_actions=len(ACTIONS), best_action=2) as stub:
+        stub.push("odd_usage")  # 400-digit and negative token counts, a 100,000-character model name
+        ctl = controller("openai", stub, tmp_path)
+        ctl.maybe_request(0, [EnvQuery(0, "s", lambda: "a state", None, 1.0)])
+        assert ctl.current(0, "s", 0) is not None
+        assert all(isinstance(float(v), float) for v in ctl.counters().values())  # what metrics.csv holds
+        ctl.close()
+    (record,) = ledger(tmp_path)
+    assert (record["tokens_in"], record["tokens_out"], len(record["model"])) == (0, 0, 200)
 
 
 def test_the_schema_is_dropped_only_when_the_server_says_it_is_unsupported(tmp_path, caplog, monkeypatch):

@@ -32,7 +32,7 @@ from lore.config.sections import MAX_BACKOFF_S, MAX_LLM_RETRIES, MAX_LLM_TIMEOUT
 from lore.llm.schema import DEFAULT_MAX_PLAN_LEN, gemini_response_schema, json_response_schema
 from lore.llm.scripted import ScriptedAdvisor
 from lore.llm.secrets import API_KEY_ENV, OPENAI_API_KEY_ENV, key_problem, redact_text
-from lore.llm.transport import MAX_RESPONSE_BYTES, CallState, bounded_client, is_loopback, new_client
+from lore.llm.transport import CallState, bounded_client, is_loopback, new_client
 from lore.validation import shown_url, url_problem
 
 log = logging.getLogger(__name__)
@@ -215,6 +215,25 @@ def _transport_exceptions() -> tuple[tuple[type, ...], tuple[type, ...]]:
     return tuple(timeouts), tuple(connects)
 
 
+MAX_REPORTED_TOKENS = 10**9
+"""Largest token count of one answer believed (a server may report anything)."""
+MAX_MODEL_NAME_CHARS = 200
+"""Longest model name kept from an answer."""
+
+
+def reported_count(value: Any) -> int:
+    """A token count as a server reported it; 0 when it is not a count in ``[0, MAX_REPORTED_TOKENS]``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 0
+    return int(value) if 0 <= value <= MAX_REPORTED_TOKENS else 0
+
+
+def reported_name(value: Any, default: str) -> str:
+    """A model name as a server reported it, shortened to :data:`MAX_MODEL_NAME_CHARS`; ``default`` when
+    there is none."""
+    return str(value)[:MAX_MODEL_NAME_CHARS] if isinstance(value, str) and value else default
+
+
 def call_budget_s(timeout_s: float, retries: int) -> float:
     """The deadline of one call, in seconds from its start: every attempt, every pause between attempts and the
     ``response_format`` fallback together."""
@@ -340,9 +359,9 @@ class HTTPBackend:
         attempts = call.attempts
         if call.cancelled:
             return LLMTimeout("no answer: the call was given up", attempts), False, 0.0
-        if call.too_large:
-            return LLMError(f"response larger than {MAX_RESPONSE_BYTES:,} bytes: reading stopped there", attempts,
-                            kind="too_large"), False, 0.0
+        if call.fault is not None:  # what the transport refused (too large, an unknown encoding)
+            kind, message = call.fault
+            return LLMError(message, attempts, kind=kind), False, 0.0
         if isinstance(e, self._status_errors):
             code, detail = self._status(e), self._detail(e)
             message = f"{self.label} HTTP {code}: {detail}"[:500]
@@ -493,9 +512,9 @@ class GeminiBackend(HTTPBackend):
             text = ""
         return BackendResponse(
             text=text,
-            tokens_in=int(getattr(usage, "prompt_token_count", 0) or 0),
-            tokens_out=int(getattr(usage, "candidates_token_count", 0) or 0),
-            model=getattr(response, "model_version", None) or self.model,
+            tokens_in=reported_count(getattr(usage, "prompt_token_count", 0)),
+            tokens_out=reported_count(getattr(usage, "candidates_token_count", 0)),
+            model=reported_name(getattr(response, "model_version", None), self.model),
             attempts=call.attempts,
         )
 
@@ -659,9 +678,9 @@ class OpenAIBackend(HTTPBackend):
         usage = getattr(response, "usage", None)
         return BackendResponse(
             text=text,
-            tokens_in=int(getattr(usage, "prompt_tokens", 0) or 0),
-            tokens_out=int(getattr(usage, "completion_tokens", 0) or 0),
-            model=str(getattr(response, "model", "") or self.model),
+            tokens_in=reported_count(getattr(usage, "prompt_tokens", 0)),
+            tokens_out=reported_count(getattr(usage, "completion_tokens", 0)),
+            model=reported_name(getattr(response, "model", None), self.model),
             attempts=call.attempts,
             extra={"warning": warning} if warning else {},
         )

@@ -5,9 +5,11 @@ Both clients send their requests through an ``httpx2`` client; :func:`bounded_cl
 connection pools open their connections through :class:`DeadlineBackend`. Every socket operation of a call
 (name lookup, connect, TLS handshake, each write and each read) then waits at most until the current
 attempt's deadline, however the server trickles its answer, and the bytes received are counted as they
-arrive: a response of more than :data:`MAX_RESPONSE_BYTES` stops being read at that size. The call those
-limits belong to is the :class:`CallState` the calling thread has made current with :meth:`CallState.active`;
-a socket used outside any call gets the client's own per-operation timeout.
+arrive: a response of more than :data:`MAX_RESPONSE_BYTES` stops being read at that size. A compressed body
+(gzip or deflate, although the client asks for none) is inflated under the same cap, another encoding is
+refused, and redirects are not followed (each request an attempt counts; no key travels to another host).
+The call those limits belong to is the :class:`CallState` the calling thread has made current with
+:meth:`CallState.active`; a socket used outside any call gets the client's own per-operation timeout.
 
 A :class:`CallState` is shared with the thread that waits for the call: :meth:`CallState.cancel` stops it
 from another thread (no further attempt starts, a wait is cut short, and the socket of a transfer in progress
@@ -21,6 +23,7 @@ import ipaddress
 import socket
 import threading
 import time
+import zlib
 from typing import Any
 
 MAX_RESPONSE_BYTES = 1 << 20
@@ -55,7 +58,9 @@ class CallState:
         self.attempt_deadline = float("inf")
         self.attempts = 0
         self.received = 0
-        self.too_large = False
+        self.fault: tuple[str, str] | None = None
+        """``(failure kind, message)`` of what the transport refused in this attempt (a body too large, an
+        unknown encoding), None when it refused nothing."""
         self.cancelled = False
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -78,7 +83,7 @@ class CallState:
                 return False
             self.attempts += 1
             self.received = 0
-            self.too_large = False
+            self.fault = None
             self.attempt_deadline = min(now + timeout_s, self.deadline)
             return True
 
@@ -168,8 +173,7 @@ class DeadlineStream:
             data = self._inner.read(max(1, min(max_bytes, left + 1)), timeout)
         call.received += len(data)
         if call.received > MAX_RESPONSE_BYTES:
-            call.too_large = True
-            raise _httpcore().ReadError(f"response larger than {MAX_RESPONSE_BYTES:,} bytes")
+            raise _httpcore().ReadError(_refuse("too_large", TOO_LARGE))
         return data
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
@@ -251,13 +255,86 @@ class DeadlineBackend:
         self._inner.sleep(seconds)
 
 
+TOO_LARGE = f"response larger than {MAX_RESPONSE_BYTES:,} bytes: reading stopped there"
+
+
+def _refuse(kind: str, message: str) -> str:
+    """Record on the current call that the transport refused its response as ``kind``; returns ``message``."""
+    call = current_call()
+    if call is not None:
+        call.fault = (kind, message)
+    return message
+
+
+def _inflated(stream: Any, encoding: str):
+    """The chunks of a gzip / deflate ``stream`` inflated, at most :data:`MAX_RESPONSE_BYTES` in all."""
+    import httpx2
+
+    inflate = zlib.decompressobj(zlib.MAX_WBITS | 32)  # a zlib or a gzip header
+    total = 0
+    try:
+        for chunk in stream:
+            data = inflate.decompress(chunk, MAX_RESPONSE_BYTES + 1 - total)
+            total += len(data)
+            if total > MAX_RESPONSE_BYTES or inflate.unconsumed_tail:
+                raise httpx2.DecodingError(_refuse("too_large", TOO_LARGE))
+            yield data
+        yield inflate.flush()
+    except zlib.error as e:
+        raise httpx2.DecodingError(_refuse("backend_error", f"a {encoding} body that does not inflate ({e})")) from None
+
+
+def _bounded_transport(inner: Any) -> Any:
+    """``inner`` (an ``httpx2`` transport) inflating a compressed response body under the size cap itself and
+    refusing an encoding other than gzip and deflate."""
+    import httpx2
+
+    class Inflated(httpx2.SyncByteStream):
+        def __init__(self, stream: Any, encoding: str):
+            self._stream, self._encoding = stream, encoding
+
+        def __iter__(self):
+            yield from _inflated(self._stream, self._encoding)
+
+        def close(self) -> None:
+            self._stream.close()
+
+    class BoundedTransport(httpx2.BaseTransport):
+        def __init__(self) -> None:
+            self.inner = inner
+
+        def handle_request(self, request: Any) -> Any:
+            response = self.inner.handle_request(request)
+            encoding = response.headers.get("content-encoding", "").strip().lower()
+            if encoding in ("", "identity"):
+                return response
+            if encoding not in ("gzip", "x-gzip", "deflate"):
+                response.close()
+                raise httpx2.DecodingError(_refuse("backend_error", f"a body in the {encoding[:40]!r} encoding"))
+            headers = [(k, v) for k, v in response.headers.raw
+                       if k.lower() not in (b"content-encoding", b"content-length")]
+            return httpx2.Response(response.status_code, headers=headers, stream=Inflated(response.stream, encoding),
+                                   extensions=response.extensions)
+
+        def close(self) -> None:
+            self.inner.close()
+
+    return BoundedTransport()
+
+
 def bounded_client(client: Any) -> Any:
     """``client`` (an ``httpx2.Client``) with every connection pool it holds (proxies included) opening its
-    connections through :class:`DeadlineBackend`."""
+    connections through :class:`DeadlineBackend`, its responses through the size cap whatever their encoding,
+    asking for no encoding and following no redirect."""
+    client.follow_redirects = False
+    client.headers["Accept-Encoding"] = "identity"
     for transport in (client._transport, *client._mounts.values()):
         pool = getattr(transport, "_pool", None)
         if pool is not None and not isinstance(pool._network_backend, DeadlineBackend):
             pool._network_backend = DeadlineBackend(pool._network_backend)
+    client._transport = _bounded_transport(client._transport)
+    client._mounts = {pattern: None if transport is None else _bounded_transport(transport)
+                      for pattern, transport in client._mounts.items()}
     return client
 
 
