@@ -203,6 +203,9 @@ def test_a_call_given_up_has_its_transfer_ended_and_its_attempts_ledgered(server
     ctl.hung_after_s = 0.3  # the controller gives up before the backend's own deadline
     stub.push("trickle:5:50")
     ctl.maybe_request(0, [EnvQuery(0, "s", lambda: "a state", None, 1.0)])
+    start = time.perf_counter()
+    while not stub.requests and time.perf_counter() - start < 5.0:  # the transfer has begun
+        time.sleep(0.01)
     time.sleep(0.4)
     ctl.poll(0)
     assert ctl.counters()["llm_failures_timeout"] == 1
