@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         return analysis_main(argv) or 0
     args = build_parser().parse_args(argv)
     log_to_stderr()
-    from lore.config import ConfigError, to_dict
+    from lore.config import ConfigError
 
     try:
         if args.command == "list":
@@ -201,9 +201,9 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError("--run-dir: empty directory name")
         cfg = _config_from_args(args)
         if args.command == "config":
-            from lore.llm.secrets import redact_value
+            from lore.config.build import shown_config
 
-            print(yaml.safe_dump(redact_value(to_dict(cfg)), sort_keys=False), end="")
+            print(yaml.safe_dump(shown_config(cfg), sort_keys=False), end="")
             return 0
         return _train(cfg, args)
     except ConfigError as e:

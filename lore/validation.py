@@ -58,16 +58,19 @@ def url_problem(url: str) -> str | None:
 
 
 _KEY_PREFIXES = ("sk-", "sk_", "aiza", "hf_", "gsk_", "key-", "key_", "pk-", "xai-", "ghp_", "glpat-", "bearer")
-_KEY_CHARS = re.compile(r"[A-Za-z0-9_.~+/=%-]+")
+_TOKEN = re.compile(r"[A-Za-z0-9_]{20,}")
+_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 
 
 def _key_like(segment: str) -> bool:
-    """Whether a URL path segment looks like an API key (a known key prefix, or 20+ characters of letters
-    and digits mixed)."""
+    """Whether a URL path segment looks like an API key: a known key prefix, a UUID, or a run of 20 or more
+    letters and digits, both (a model name like ``gpt-4o-mini-2024-07-18`` is not one)."""
     if segment.lower().startswith(_KEY_PREFIXES) and len(segment) > 6:
         return True
-    return (len(segment) >= 20 and _KEY_CHARS.fullmatch(segment) is not None
-            and any(c.isdigit() for c in segment) and any(c.isalpha() for c in segment))
+    if _UUID.search(segment):
+        return True
+    return any(any(c.isdigit() for c in run) and any(c.isalpha() for c in run)
+               for run in _TOKEN.findall(segment))
 
 
 def masked_url(url: str) -> str:

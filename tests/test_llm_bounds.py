@@ -308,11 +308,17 @@ def test_the_endpoint_from_the_environment_is_recorded_and_keys_are_masked(tmp_p
     save_config(cfg, tmp_path / "config.yaml")
     saved = (tmp_path / "config.yaml").read_text()
     assert "base_url: https://models.example.org/***/v1" in saved and key not in saved
+    monkeypatch.delenv("OPENAI_API_KEY")  # a key in the path that no variable names is masked too
+    save_config(cfg, tmp_path / "config.yaml")
+    saved = (tmp_path / "config.yaml").read_text()
+    assert "base_url: https://models.example.org/***/v1" in saved and key not in saved
 
 
 def test_log_lines_and_messages_have_url_secrets_masked():
     text = "GET http://u:p@ss@h.example/v1/sk-abcdefgh12345678?key=QSECRET#FRAG and more"
     shown = redact_text(text, ())
     assert shown == "GET http://***@h.example/v1/***?***#*** and more"
+    for kept in ("https://h.example/v1beta", "https://h.example/deployments/gpt-4o-mini-2024-07-18/v1"):
+        assert redact_text(kept, ()) == kept
     record = logging.LogRecord("x", logging.WARNING, __file__, 1, "calling %s", (text,), None)
     assert RedactingFilter().filter(record) and record.getMessage() == f"calling {shown}"
