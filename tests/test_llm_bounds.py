@@ -108,6 +108,14 @@ def test_an_oversized_body_stops_being_read_at_the_cap(server):
     assert b.complete(request()).attempts == 1
 
 
+def test_a_host_name_is_looked_up_within_the_deadline(server):
+    name, stub = server
+    b = backend(name, stub.base_url.replace("127.0.0.1", "localhost"))
+    assert b.complete(request()).attempts == 1
+    error, seconds = failed_call(backend(name, "https://no-such-host.invalid:8000/v1", retries=0))
+    assert error.kind == "connection_error" and seconds <= TIMEOUT_S + CALL_SLACK_S
+
+
 def test_a_compressed_body_is_inflated_under_the_same_cap(server):
     name, stub = server
     b = backend(name, stub.base_url, timeout_s=5.0)

@@ -277,8 +277,8 @@ def _plain_http_problem(base_url: str, key_env: str, allowed: bool) -> str | Non
     parts = urlsplit(base_url)
     if parts.scheme != "http" or allowed or is_loopback(parts.hostname):
         return None
-    return (f"llm.base_url: {shown_url(base_url)} is plain http to another machine, so {key_env} would travel "
-            f"unencrypted; use https, or set llm.allow_plain_http=true")
+    return (f"plain http to another machine, so {key_env} would travel unencrypted; use https, or set "
+            f"llm.allow_plain_http=true")
 
 
 class HTTPBackend:

@@ -205,15 +205,16 @@ def _literal_ip(host: str) -> bool:
     return True
 
 
-def _resolve(host: str, port: int, timeout: float) -> str:
-    """``host``'s first address, looked up on a helper thread so that a slow name server cannot hold the call
-    past ``timeout``."""
+def _resolve(host: str, port: int, timeout: float) -> list[str]:
+    """``host``'s addresses in the resolver's order, looked up on a helper thread so that a slow name server
+    cannot hold the call past ``timeout``."""
     result: list = []
     done = threading.Event()
 
     def lookup() -> None:
         try:
-            result.append(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][4][0])
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            result.append(list(dict.fromkeys(str(info[4][0]) for info in infos)))
         except Exception as e:  # delivered to the caller
             result.append(e)
         done.set()
@@ -223,7 +224,7 @@ def _resolve(host: str, port: int, timeout: float) -> str:
         raise _httpcore().ConnectTimeout(f"no address for {host!r} within {timeout:.3g} s")
     if isinstance(result[0], Exception):
         raise _httpcore().ConnectError(str(result[0]))
-    return str(result[0])
+    return result[0]
 
 
 class DeadlineBackend:
@@ -243,9 +244,17 @@ class DeadlineBackend:
                 raise _httpcore().ConnectTimeout("the call's deadline has passed") from None
             if call.cancelled:
                 raise CallCancelled("the call was cancelled")
-            if not _literal_ip(host):
-                host = _resolve(host, port, timeout)
-                timeout = call.io_timeout(timeout)
+            if not _literal_ip(host):  # each address in turn, as the socket module's own connect does
+                error: Exception | None = None
+                for address in _resolve(host, port, timeout):
+                    try:
+                        return DeadlineStream(self._inner.connect_tcp(address, port, call.io_timeout(timeout),
+                                                                      local_address, socket_options))
+                    except TimeoutError:
+                        raise _httpcore().ConnectTimeout("the call's deadline has passed") from None
+                    except Exception as e:  # the next address may answer
+                        error = e
+                raise error or _httpcore().ConnectError(f"no address for {host!r}")
         return DeadlineStream(self._inner.connect_tcp(host, port, timeout, local_address, socket_options))
 
     def connect_unix_socket(self, path: str, timeout: float | None = None, socket_options=None):
