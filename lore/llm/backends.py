@@ -9,11 +9,14 @@
 * ``replay`` — answers recorded in an earlier run's ``llm_calls.jsonl``, matched by prompt hash
   (in order for repeated prompts), so a Gemini or open-model run re-executes without a key or a server.
 
-Failures are typed (:class:`LLMError` subclasses, each with a ``kind``); the controller counts them
-by kind and the step simply gets no prior. Start-up problems (missing key, malformed base URL, unusable
-ledger) raise :class:`LLMConfigError` from :func:`make_backend`; before a gemini or openai run starts,
+Every call of an HTTP backend ends by one deadline, ``timeout_s × (retries + 1)`` (:class:`HTTPBackend`,
+:mod:`lore.llm.transport`), whatever the server sends. Failures are typed (:class:`LLMError` subclasses,
+each with a ``kind``); the controller counts them by kind and the step simply gets no prior. Start-up
+problems (missing key, malformed base URL, a key bound for plain http to another machine, unusable ledger)
+raise :class:`LLMConfigError` from :func:`make_backend`; before a gemini or openai run starts,
 :func:`check_endpoint` looks the model up once, so an endpoint no call can succeed on fails there. An API
-key is never put into a message, a file or a repr: every error text passes through :func:`redact` first.
+key is never put into a message, a file or a repr: every error text passes through
+:func:`~lore.llm.secrets.redact_text` first.
 """
 
 from __future__ import annotations
