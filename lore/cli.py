@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 
 import yaml
 
 ANALYSIS_COMMANDS = ("aggregate", "figures", "paper-macros")
 MAX_ERROR_CHARS = 4000
+MAX_SAMPLE = 100_000
+"""Most archived runs ``lore reproduce`` re-runs at once."""
 
 
 def one_line(message: object) -> str:
@@ -32,8 +35,55 @@ def one_line(message: object) -> str:
 
 
 def fail(message: object, status: int = 2) -> int:
-    print(f"lore: error: {one_line(message)}", file=sys.stderr)
+    """Print ``message`` as the one ``lore: error:`` line (keys and URL secrets masked); returns ``status``."""
+    from lore.llm.secrets import redact_text
+
+    print(f"lore: error: {one_line(redact_text(str(message)))}", file=sys.stderr)
     return status
+
+
+class RedactingFilter(logging.Filter):
+    """Masks keys and URL secrets (:func:`~lore.llm.secrets.redact_text`) in every record it passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from lore.llm.secrets import redact_text
+
+        record.msg, record.args = redact_text(record.getMessage()), None
+        return True
+
+
+def log_to_stderr() -> None:
+    """Warnings and errors of every logger to stderr, one line each, redacted (what Python would print without a
+    handler, masked); nothing when the root logger has handlers already."""
+    root = logging.getLogger()
+    if root.handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.WARNING)
+    handler.addFilter(RedactingFilter())
+    root.addHandler(handler)
+
+
+def bounded_int(lo: int, hi: int):
+    """An argparse ``type``: an integer in ``[lo, hi]`` (written as digits, or as a whole number like ``1e3``),
+    checked before anything uses it."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            try:
+                number = float(text)
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+            if not number.is_integer():
+                raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+            value = int(number)
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"{text} is out of range: expected {lo}..{hi}")
+        return value
+
+    return parse
 
 
 class _Parser(argparse.ArgumentParser):
@@ -104,8 +154,9 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--check", action="store_true", help="only check every archive entry and print its size")
     r = sub.add_parser("reproduce", help="re-run a sample of archived runs here and compare their eval.csv exactly")
     r.add_argument("--archive", default="runs", help="the archive (default: runs)")
-    r.add_argument("--sample", type=int, default=2, help="how many runs, one per ablation first (default: 2)")
-    r.add_argument("--seed", type=int, default=0, help="seed of the random draw (default: 0)")
+    r.add_argument("--sample", type=bounded_int(1, MAX_SAMPLE), default=2,
+                   help=f"how many runs, one per ablation first, 1..{MAX_SAMPLE} (default: 2)")
+    r.add_argument("--seed", type=bounded_int(0, 2**32 - 1), default=0, help="seed of the random draw (default: 0)")
     r.add_argument("--match", help="only entries whose <env>/<key> contains this text")
     r.add_argument("--keep", metavar="DIR", help="keep the new runs under DIR (default: deleted)")
     sub.add_parser("experiments", help="declared experiments: check, plan, try, compare, recheck, note, log "
@@ -126,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
 
         return analysis_main(argv) or 0
     args = build_parser().parse_args(argv)
-    from lore.config import ConfigError, to_dict
+    log_to_stderr()
+    from lore.config import ConfigError
 
     try:
         if args.command == "list":
@@ -158,7 +210,9 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError("--run-dir: empty directory name")
         cfg = _config_from_args(args)
         if args.command == "config":
-            print(yaml.safe_dump(to_dict(cfg), sort_keys=False), end="")
+            from lore.config.build import shown_config
+
+            print(yaml.safe_dump(shown_config(cfg), sort_keys=False), end="")
             return 0
         return _train(cfg, args)
     except ConfigError as e:
@@ -232,8 +286,6 @@ def _archive(args) -> int:
         return fail(f"{'--archive' if args.command == 'reproduce' else '--to'}: empty folder name")
     try:
         if args.command == "reproduce":
-            if args.sample < 1:
-                return fail(f"--sample {args.sample}: must be at least 1")
             from lore.analysis.reproduce import reproduce_sample
             from lore.llm import LLMConfigError
             from lore.train.checkpoint import CheckpointError

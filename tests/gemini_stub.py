@@ -3,7 +3,9 @@
 It answers ``POST /{v1,v1beta}/models/<model>:generateContent`` with the real response shape
 (``candidates[0].content.parts[0].text`` + ``usageMetadata``) and records every request (path,
 headers, JSON body). Faults are programmed per request, in order, with :meth:`GeminiStub.push`: those of
-:mod:`stub_server` and ``http429`` / ``http500`` / ``http503`` (an error status with Google's error body).
+:mod:`stub_server`, ``http429`` / ``http500`` / ``http503`` (an error status with Google's error body;
+``http429:<s>`` adds ``retry-after: <s>``) and ``max_tokens`` (an answer cut off, ``finishReason:
+MAX_TOKENS``).
 The number of logits follows the request's ``responseSchema`` (``minItems`` of ``action_prior.logits``),
 else ``num_actions``; also ``text:<text>`` (``<text>`` as the model's answer) and
 ``error:<code>:<message>`` (an error status with ``<message>`` in Google's error body).
@@ -65,14 +67,21 @@ class GeminiStub(LoopbackStub):
             return self._send(handler, int(code), {"error": {"code": int(code), "message": message,
                                                              "status": _STATUS.get(int(code), "UNKNOWN")}})
         if fault.startswith("http"):
-            code = int(fault[4:])
+            code_text, _, retry_after = fault[4:].partition(":")
+            code = int(code_text)
             return self._send(handler, code, {"error": {"code": code, "message": f"stub fault {code}",
-                                                        "status": _STATUS.get(code, "UNKNOWN")}})
+                                                        "status": _STATUS.get(code, "UNKNOWN")}},
+                              {"retry-after": retry_after} if retry_after else None)
         n = self._schema_actions(body) or self.num_actions
-        text = fault[5:] if fault.startswith("text:") else answer_text(n, self.best_action, fault)
+        if fault.startswith("text:"):
+            text = fault[5:]
+        else:
+            text = answer_text(n, self.best_action, "ok" if fault == "max_tokens" else fault)
+        if fault == "max_tokens":
+            text = text[:40]
         payload = {
-            "candidates": [{"content": {"parts": [{"text": text}], "role": "model"}, "finishReason": "STOP",
-                            "index": 0}],
+            "candidates": [{"content": {"parts": [{"text": text}], "role": "model"},
+                            "finishReason": "MAX_TOKENS" if fault == "max_tokens" else "STOP", "index": 0}],
             "usageMetadata": {"promptTokenCount": 123, "candidatesTokenCount": 45, "totalTokenCount": 168},
             "modelVersion": match.group(2),
         }

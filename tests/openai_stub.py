@@ -6,8 +6,11 @@ It speaks the part of the API that vLLM, llama.cpp's ``llama-server`` and Ollama
 body) in ``requests``, every listing in ``lookups``, and the time the server spent on each completion (from
 its request line parsed to its answer written) in ``handling_s``.
 
-Faults are programmed per request, in order, with :meth:`OpenAIStub.push`: those of :mod:`stub_server`
-and ``http<code>`` (an error status with the OpenAI error body; ``http429:<s>`` adds ``retry-after: <s>``).
+Faults are programmed per request, in order, with :meth:`OpenAIStub.push`: those of :mod:`stub_server`,
+``http<code>`` (an error status with the OpenAI error body; ``http429:<s>`` adds ``retry-after: <s>``),
+``length`` (an answer cut off, ``finish_reason: length``), ``echo_key`` (a valid answer whose notes repeat
+the request's bearer key, as a server echoing its input would) and ``odd_usage`` (a valid answer with a token
+count of 400 digits and a model name of 100,000 characters).
 A request for a model not in ``models`` gets 404 (as vLLM answers); with ``schema_support`` false a request
 with a ``response_format`` gets 400 (as a server without guided decoding); with ``valid_key`` set a request
 with another bearer key gets 401. ``latency_s`` delays every completion (a model's own time). The number
@@ -81,11 +84,21 @@ class OpenAIStub(LoopbackStub):
             return self._send(handler, int(code), error_body(int(code), f"stub fault {code}"), headers)
         if self.latency_s:
             time.sleep(self.latency_s)
-        text = answer_text(self._schema_actions(body) or self.num_actions, self.best_action, fault)
+        n = self._schema_actions(body) or self.num_actions
+        text = answer_text(n, self.best_action, "ok" if fault in ("length", "echo_key", "odd_usage") else fault)
+        if fault == "length":
+            text = text[:40]
+        elif fault == "echo_key":
+            key = (handler.headers.get("Authorization") or "").removeprefix("Bearer ")
+            text = text.replace('"notes": ""', f'"notes": "you sent {key}"')
+        usage = {"prompt_tokens": 123, "completion_tokens": 45, "total_tokens": 168}
+        if fault == "odd_usage":
+            usage, model = {"prompt_tokens": 10**400, "completion_tokens": -5, "total_tokens": 0}, "m" * 100_000
         self._send(handler, 200, {
             "id": "chatcmpl-stub", "object": "chat.completion", "created": 0, "model": model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 123, "completion_tokens": 45, "total_tokens": 168},
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                         "finish_reason": "length" if fault == "length" else "stop"}],
+            "usage": usage,
         })
         with self._lock:
             self.handling_s.append(time.perf_counter() - start)

@@ -3,13 +3,19 @@ programmed per request, request recording, and the answers' JSON text.
 
 Faults every stub understands: ``ok``, the bad answers of :func:`answer_text`, ``delay:<seconds>`` (a valid
 answer after a pause), ``hang`` (never answers until the stub stops), ``reset`` (the connection is reset
-before any answer), ``bad_body`` (HTTP 200, body not JSON). With no fault queued a stub answers ``ok``.
+before any answer), ``bad_body`` (HTTP 200, body not JSON), ``trickle:<seconds>:<pieces>`` (a valid answer
+whose body is written in ``pieces`` parts spread over ``seconds``, each pause far shorter than a timeout) and
+``oversize:<bytes>`` (a valid answer padded with white space to ``bytes``, a valid JSON body of that size),
+``gzip:<bytes>`` (the same, sent gzip-compressed: a small body that inflates to ``bytes``), ``encoding:<name>``
+(a valid answer declared in the content encoding ``name``) and ``redirect`` (307 to another path).
+With no fault queued a stub answers ``ok``. ``max_active`` is the most requests handled at once.
 
 Threaded on purpose: a single-threaded server hangs on keep-alive connections.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import socket
 import struct
@@ -18,7 +24,8 @@ import time
 from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-BAD_ANSWERS = ("malformed", "wrong_length", "missing", "nan", "inf", "bad_action", "negative", "huge", "prose")
+BAD_ANSWERS = ("malformed", "wrong_length", "missing", "nan", "inf", "bad_action", "negative", "huge", "prose",
+               "digits")
 
 
 def answer_text(num_actions: int, best: int = 0, kind: str = "ok") -> str:
@@ -26,7 +33,8 @@ def answer_text(num_actions: int, best: int = 0, kind: str = "ok") -> str:
     ``malformed`` (truncated JSON), ``wrong_length`` (one logit too many), ``missing`` (no confidence),
     ``nan`` (a NaN logit), ``inf`` (a logit that overflows to infinity), ``bad_action`` (a plan naming an
     action that does not exist), ``negative`` / ``huge`` (confidence -0.5 / 1e6), ``prose`` (a valid answer
-    inside a ``<think>`` block and sentences)."""
+    inside a ``<think>`` block and sentences), ``digits`` (a logit written with 5,000 digits, more than Python's
+    ``json`` reads as an integer)."""
     logits = [0.0] * num_actions
     logits[best % num_actions] = 3.0
     answer: dict = {"action_prior": {"logits": logits}, "confidence": 0.7, "plan": [best % num_actions],
@@ -49,6 +57,8 @@ def answer_text(num_actions: int, best: int = 0, kind: str = "ok") -> str:
         answer["confidence"] = 1e6
     elif kind == "prose":
         return f"<think>The key {{is}} near.</think>Here is my advice:\n{json.dumps(answer)}\nGood luck!"
+    elif kind == "digits":
+        return json.dumps(answer).replace("3.0", "9" * 5000, 1)
     return json.dumps(answer)
 
 
@@ -62,6 +72,8 @@ class LoopbackStub:
         self.best_action = best_action
         self.requests: list[dict] = []
         self.lookups: list[str] = []
+        self.active = 0
+        self.max_active = 0
         self._faults: deque[str] = deque()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -75,7 +87,14 @@ class LoopbackStub:
                 pass
 
             def do_POST(self):
-                stub._post(self)
+                with stub._lock:
+                    stub.active += 1
+                    stub.max_active = max(stub.max_active, stub.active)
+                try:
+                    stub._post(self)
+                finally:
+                    with stub._lock:
+                        stub.active -= 1
 
             def do_GET(self):
                 stub._get(self)
@@ -158,21 +177,48 @@ class LoopbackStub:
         if fault == "bad_body":
             self._send_raw(handler, 200, b"<html>not json</html>")
             return None
+        if fault == "redirect":
+            self._send_raw(handler, 307, b"{}", {"Location": "/elsewhere"})
+            return None
+        if fault.startswith(("trickle:", "oversize:", "gzip:", "encoding:")):  # the body is written its way
+            handler.body_fault = fault
+            return "ok"
         return fault
 
     def _send(self, handler, code: int, payload: dict, headers: dict | None = None) -> None:
         self._send_raw(handler, code, json.dumps(payload).encode(), headers)
 
-    @staticmethod
-    def _send_raw(handler, code: int, data: bytes, headers: dict | None = None) -> None:
+    def _send_raw(self, handler, code: int, data: bytes, headers: dict | None = None) -> None:
+        fault = getattr(handler, "body_fault", "")
+        headers = dict(headers or {})
+        if fault.startswith("gzip:"):
+            data = gzip.compress(data + b" " * (int(fault.split(":")[1]) - len(data)), compresslevel=1)
+            headers["Content-Encoding"] = "gzip"
+        elif fault.startswith("encoding:"):
+            headers["Content-Encoding"] = fault.split(":")[1]
+        size = int(fault.split(":")[1]) if fault.startswith("oversize:") else len(data)
         try:
             handler.send_response(code)
             handler.send_header("Content-Type", "application/json")
-            handler.send_header("Content-Length", str(len(data)))
-            for name, value in (headers or {}).items():
+            handler.send_header("Content-Length", str(size))
+            for name, value in headers.items():
                 handler.send_header(name, value)
             handler.end_headers()
-            handler.wfile.write(data)
+            if fault.startswith("trickle:"):
+                seconds, pieces = float(fault.split(":")[1]), int(fault.split(":")[2])
+                step = -(-len(data) // pieces)
+                for i in range(0, len(data), step):
+                    handler.wfile.write(data[i:i + step])
+                    handler.wfile.flush()
+                    if self._stop.wait(seconds / pieces):
+                        break
+            elif fault.startswith("oversize:"):
+                handler.wfile.write(data)
+                padding = b" " * 65536
+                for sent in range(len(data), size, len(padding)):
+                    handler.wfile.write(padding[:size - sent])
+            else:
+                handler.wfile.write(data)
         except OSError:  # the client gave up (timeout) or the connection is gone
             handler.close_connection = True
 

@@ -269,6 +269,9 @@ def test_bad_number_in_a_config_file(sandbox, capsys, key, text):
     ("dreamer.gamma=0", "dreamer.gamma"),
     ("llm.timeout_s=0", "llm.timeout_s"),
     ("llm.retries=-1", "llm.retries"),
+    ("llm.retries=30", "llm.retries"),  # with the pauses, a call against a closed port would not end for long
+    ("llm.timeout_s=3600", "llm.timeout_s"),
+    ("llm.backoff_s=60", "llm.backoff_s"),
     ("llm.max_wait_ms=-1", "llm.max_wait_ms"),
     ("llm.simulated_latency_ms=-5", "llm.simulated_latency_ms"),
     ("llm.logit_clip=0", "llm.logit_clip"),

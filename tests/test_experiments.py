@@ -422,6 +422,11 @@ def test_an_undecided_experiment_plans_and_records_once(tmp_path):
     proc = _experiments(root, "plan", "exp")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("\tmissing\t") == 4 and "4 runs: 0 archived" in proc.stdout
+    for cores in ("1e12", "0", "many"):  # checked before anything is sized by it: one line, exit 2
+        proc = _experiments(root, "plan", "exp", "--cores", cores)
+        assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+        assert len(proc.stderr.splitlines()) == 1 and proc.stderr.startswith("lore: error: ") and "--cores" in proc.stderr
+    assert "on 65536 core(s)" in _experiments(root, "plan", "exp", "--cores", "65536").stdout
     _record(root, verdict="incomplete")  # a comparison with runs missing decides nothing
     assert _experiments(root, "plan", "exp").returncode == 0
     decl = load_declaration("exp", root)

@@ -570,7 +570,7 @@ def test_an_answer_over_the_cap_is_stored_nowhere(case, tmp_path):
     ctl = LLMController(cfg, tmp_path, ACTIONS, "minigrid", backend=SizedBackend([BIG_ANSWERS[case]]))
     ctl.maybe_request(0, [EnvQuery(0, "s", lambda: "a state", None, 1.0)])
     assert ctl.current(0, "s", 0) is None
-    assert ctl.counters()["llm_failures_backend_error"] == 1
+    assert ctl.counters()["llm_failures_too_large"] == 1
     save_checkpoint(tmp_path / "checkpoint.pt", {"controller": ctl.state_dict()})
     ctl.close()
     total = sum(p.stat().st_size for p in tmp_path.iterdir())

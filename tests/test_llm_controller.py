@@ -37,15 +37,18 @@ class ProgrammedBackend:
     cache_tag = ""
     needs_snapshot = False
 
-    def __init__(self, answers=(), inline: bool = True, delay_s: float = 0.0):
+    def __init__(self, answers=(), inline: bool = True, delay_s: float = 0.0, cancellable: bool = True):
         self.answers = deque(answers)
         self.inline = inline
         self.delay_s = delay_s
+        self.cancellable = cancellable
         self.requests = []
 
     def complete(self, request):
         self.requests.append(request)
-        if self.delay_s:
+        if self.delay_s and self.cancellable and request.call is not None:
+            request.call.wait(self.delay_s)  # as an HTTP backend's transfer: ended when the caller gives up
+        elif self.delay_s:
             time.sleep(self.delay_s)
         item = self.answers.popleft() if self.answers else answer()
         if isinstance(item, Exception):
@@ -387,18 +390,25 @@ def test_bad_construction():
         ctl.maybe_request(1, [query(0, "k")])
 
 
-def test_a_hung_call_is_abandoned_counted_as_timeout_and_frees_the_slot():
-    backend = ProgrammedBackend(inline=False, delay_s=1.0)
+def test_a_hung_call_is_abandoned_counted_as_timeout_and_frees_the_slot_once_ended():
+    backend = ProgrammedBackend(inline=False, delay_s=0.8, cancellable=False)
     ctl = controller(backend, "llm.controller.cooldown=0", "llm.controller.cooldown_after_success=0")
-    ctl.hung_after_s = 0.1  # normally timeout_s * (retries + 1) + backoff + 5 s
+    ctl.hung_after_s = 0.1  # normally the call's deadline + CALL_SLACK_S + 5 s
     ctl.maybe_request(0, [query(0, "a", beta=1.0)])
     assert ctl.counters()["llm_inflight"] == 1
     ctl.maybe_request(1, [query(0, "b", beta=1.0)])  # busy: the one slot is taken
     assert len(backend.requests) == 1
     time.sleep(0.2)
-    ctl.maybe_request(2, [query(0, "c", beta=1.0)])
+    ctl.maybe_request(2, [query(0, "c", beta=1.0)])  # given up; the slot is held while its worker still runs
     c = ctl.counters()
-    assert c["llm_failures_timeout"] == 1 and len(backend.requests) == 2
+    assert c["llm_failures_timeout"] == 1 and len(backend.requests) == 1
+    assert backend.requests[0].call.cancelled and c["llm_inflight"] == 1
+    deadline = time.perf_counter() + 5.0
+    while ctl.counters()["llm_inflight"] and time.perf_counter() < deadline:
+        time.sleep(0.01)
+        ctl.poll(2)
+    ctl.maybe_request(3, [query(0, "d", beta=1.0)])
+    assert len(backend.requests) == 2
     start = time.perf_counter()
     ctl.close(timeout_s=0.1)
     assert time.perf_counter() - start < 1.0  # close never waits for a hung call

@@ -109,11 +109,11 @@ def test_a_server_without_json_schema_is_asked_for_text_from_then_on(stub):
 
 def test_a_request_refused_for_another_reason_does_not_drop_the_schema(stub):
     b = backend(stub)
-    stub.push("http400", "http400")
+    stub.push("http400")  # a 400 whose message does not say response_format is unsupported
     with pytest.raises(Exception) as info:
         b.complete(request())
-    assert info.value.kind == "http_error" and info.value.attempts == 2
-    assert b.schema_constrained  # the plain request was refused too: the schema was not the problem
+    assert info.value.kind == "http_error" and info.value.attempts == 1 and len(stub.requests) == 1
+    assert b.schema_constrained and info.value.warning is None
     assert b.complete(request()).attempts == 1 and "response_format" in stub.requests[-1]["body"]
 
 
@@ -135,8 +135,8 @@ def test_retries_honour_retry_after_and_back_off(stub):
     b = backend(stub, retries=3, backoff_s=0.5, sleep=sleeps.append)
     stub.push("http429:0.1", "http429:1.7", "http503")
     response = b.complete(request())
-    # backoff 0.5, 1.0, 2.0; a longer retry-after wins; retry-after is capped at timeout_s (1.0 here)
-    assert response.attempts == 4 and sleeps == [0.5, 1.0, 2.0]
+    # backoff 0.5, 1.0, 2.0; a longer retry-after wins (the call's deadline, 4 s, leaves room for it)
+    assert response.attempts == 4 and sleeps == [0.5, 1.7, 2.0]
     sleeps.clear()
     b = backend(stub, retries=2, backoff_s=0.01, timeout_s=5.0, sleep=sleeps.append)
     stub.push("http429:0.3", "http500", "ok")
@@ -333,10 +333,13 @@ TIMING_COLUMNS = ("llm_latency_ms_total", "steps_per_s", "update_ms", "update_ti
 
 
 def test_a_train_run_with_an_open_model_and_its_replay_without_the_server(stub, api_key, tmp_path, monkeypatch):
-    """`lore train` with llm.backend=openai asks the loopback server (some calls fail and are counted); a
-    `replay` run of its ledger, with no server and no key, writes the same eval.csv and the same losses."""
+    """`lore train` with llm.backend=openai asks the loopback server (some calls fail and are counted; the
+    server refuses response_format, so the run switches to plain text, with a warning in the ledger and
+    metrics.csv); a `replay` run of its ledger, with no server and no key, writes the same eval.csv and the
+    same losses and counters."""
     import pandas as pd
 
+    stub.schema_support = False
     stub.push("http500", "http500", "http500", "malformed", "bad_action")
     sets = ["model.preset=debug", "env.name=MiniGrid-Empty-5x5-v0", "env.max_episode_steps=40", "device=cpu",
             "train.steps=200", "train.prefill=40", "train.batch_length=8", "train.train_ratio=32",
@@ -361,6 +364,11 @@ def test_a_train_run_with_an_open_model_and_its_replay_without_the_server(stub, 
     failures = [r["failure"] for r in records if not r["ok"]]
     assert failures[:3] == ["server_error", "malformed_json", "bad_plan"]
     assert sum(r["attempts"] for r in records) == served  # every request the server saw is ledgered
+    assert "does not support response_format" in records[0]["warning"]
+    assert all(r["warning"] is None for r in records[1:])
+    assert recorded["metrics"]["llm_schema_dropped"].iloc[-1] == 1
+    for path in (tmp_path / "open").rglob("*"):
+        assert not path.is_file() or KEY.encode() not in path.read_bytes(), path
     stub.stop()
     monkeypatch.delenv("OPENAI_API_KEY")
 

@@ -114,7 +114,7 @@ def test_a_malformed_base_url_from_the_environment_is_refused_when_the_client_st
 
 def test_an_unreachable_endpoint_is_refused_before_the_run_starts(capsys, tmp_path, api_key):
     line = refused(capsys, tmp_path, *gemini_args(closed_port_url()))
-    assert "llm.base_url: cannot reach http://127.0.0.1:" in line and KEY not in line
+    assert "llm.base_url: cannot reach 'http://127.0.0.1:" in line and KEY not in line
 
 
 def test_an_unknown_model_is_refused_before_the_run_starts(capsys, tmp_path, api_key, stub):

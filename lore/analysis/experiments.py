@@ -19,7 +19,6 @@ An experiment with a record (a verdict) is decided: ``plan``, ``compare`` and ``
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -30,15 +29,21 @@ from lore.analysis.experiment_declaration import REPO, ExperimentError, declared
 from lore.analysis.experiment_log import LOG, RECORDS_DIR, log_markdown, read_record, record_path
 from lore.analysis.experiment_plan import RESULTS_DIR, experiment_cost
 
+MAX_CORES = 65_536
+"""Most cores an ETA is computed for (beyond any one machine or allocation)."""
+
 
 def main(argv: list[str] | None = None) -> int:
+    from lore.cli import _Parser, bounded_int
+
     p = _Parser(prog="lore experiments", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser("check", help="validate declarations (default: all)")
     c.add_argument("names", nargs="*")
     pl = sub.add_parser("plan", help="list an experiment's runs in launch order, their states and the ETA")
     pl.add_argument("name")
-    pl.add_argument("--cores", type=int, default=os.cpu_count() or 1, help="cores for the ETA (default: this machine's)")
+    pl.add_argument("--cores", type=bounded_int(1, MAX_CORES), default=os.cpu_count() or 1,
+                    help=f"cores for the ETA, 1..{MAX_CORES} (default: this machine's)")
     cm = sub.add_parser("compare", help="compare an experiment's runs and apply its decision rule")
     cm.add_argument("name")
     cm.add_argument("--out", type=Path, help=f"output folder (default: {RESULTS_DIR}/<name>)")
@@ -47,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     rc.add_argument("names", nargs="*", help="default: every record")
     tr = sub.add_parser("try", help="run an experiment as a trial: nothing written under docs/ or runs/")
     tr.add_argument("name")
-    tr.add_argument("--cores", type=int, default=os.cpu_count() or 1, help="cores (default: this machine's)")
+    tr.add_argument("--cores", type=bounded_int(1, MAX_CORES), default=os.cpu_count() or 1,
+                    help=f"cores, 1..{MAX_CORES} (default: this machine's)")
     tr.add_argument("--dry-run", "-n", action="store_true", help="print what would run, run nothing")
     nt = sub.add_parser("note", help="record what was done with a verdict (shown in the log)")
     nt.add_argument("name")
@@ -67,7 +73,6 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "try":
             return _try(args.name, args.cores, args.dry_run)
         elif args.command == "plan":
-            check_cores(args.cores)
             from lore.analysis.launch import cost_line
 
             states, summary = experiment_cost(args.name, cores=args.cores)
@@ -100,25 +105,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-MAX_CORES = 4096
-"""The most cores an ETA or a trial is planned for."""
-
-
-class _Parser(argparse.ArgumentParser):
-    """Usage errors as one ``lore: error: ...`` line (exit status 2)."""
-
-    def error(self, message: str):
-        print(f"lore: error: {self.prog}: {message} (see `{self.prog} --help`)", file=sys.stderr)
-        sys.exit(2)
-
-
-def check_cores(cores: int) -> int:
-    """``cores`` when it is 1..:data:`MAX_CORES`; ExperimentError naming ``--cores`` otherwise."""
-    if not 1 <= cores <= MAX_CORES:
-        raise ExperimentError(f"--cores {cores}: must be 1..{MAX_CORES}")
-    return cores
-
-
 def _recorded_names() -> list[str]:
     return sorted(p.stem for p in RECORDS_DIR.glob("*.json"))
 
@@ -147,7 +133,6 @@ def _try(name: str, cores: int, dry_run: bool) -> int:
 
     load_declaration(name)
     check_open(name)
-    check_cores(cores)
     local = Path(sys.executable).parent / "snakemake"
     snakemake = str(local) if local.exists() else shutil.which("snakemake")
     if snakemake is None:

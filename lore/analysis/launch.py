@@ -171,7 +171,7 @@ def live_progress(states: list[RunState]) -> dict[Path, tuple[int, int, float]]:
 
 def makespan(durations: list[float], cores: int) -> float:
     """Wall seconds to run single-thread jobs of ``durations`` on ``cores`` (longest first, greedy)."""
-    loads = [0.0] * max(1, min(cores, len(durations)))  # more cores than jobs: one job per core
+    loads = [0.0] * max(1, min(cores, len(durations)))  # more cores than jobs: the extra ones stay idle
     for d in sorted(durations, reverse=True):
         heapq.heapreplace(loads, loads[0] + d)
     return max(loads)

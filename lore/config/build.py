@@ -52,10 +52,23 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     return cfg
 
 
+def shown_config(cfg: RunConfig) -> dict:
+    """``cfg`` as the dict that is shown or saved: every API key masked, and ``llm.base_url`` with what may
+    hold a key masked (:func:`~lore.validation.masked_url`)."""
+    from lore.llm.secrets import redact_value
+    from lore.validation import masked_url
+
+    data = redact_value(to_dict(cfg))
+    if data["llm"].get("base_url"):
+        data["llm"]["base_url"] = masked_url(data["llm"]["base_url"])
+    return data
+
+
 def save_config(cfg: RunConfig, path: str | Path) -> None:
+    """Write ``cfg`` as YAML (:func:`shown_config`)."""
     from lore.utils.io import atomic_write_text
 
-    atomic_write_text(path, yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    atomic_write_text(path, yaml.safe_dump(shown_config(cfg), sort_keys=False))
 
 
 def config_from_saved(path: str | Path) -> RunConfig:

@@ -21,6 +21,15 @@ MAX_COUNT = 10**9
 MAX_SCALE = 1e6
 """Loss scales and mixing weights are relative: at 1e6 every other term has already vanished."""
 
+MAX_LLM_TIMEOUT_S = 600.0
+"""Longest wait for one LLM answer (``llm.timeout_s``): ten minutes is already a hung server."""
+MAX_LLM_RETRIES = 10
+"""Most retries of one LLM call (``llm.retries``): with the pauses capped (:data:`MAX_BACKOFF_S`) a call of
+the longest timeout ends within two hours."""
+MAX_BACKOFF_S = 10.0
+"""Longest pause before a retry of an LLM call that the exponential backoff alone asks for (``llm.backoff_s``
+is its first step)."""
+
 # Ranges shared by several settings (a setting with a range of its own writes it out in its field).
 _UNIT = Limit(0.0, 1.0)                               # a probability or a fraction
 _DECAY = Limit(0.0, 1.0, hi_open=True)                # an EMA decay: 1 would never move
@@ -32,7 +41,6 @@ _CLIP = Limit(0.0, 1e12, lo_open=True)                # gradient-norm clips (1e1
 _STEPS = Limit(0, MAX_STEPS, hi_open=True)            # env-step counts where 0 means "off" / "from the start"
 _INTERVAL = Limit(1, MAX_STEPS, hi_open=True)         # every N env steps: 0 or less never advances
 _COUNT = Limit(1, MAX_COUNT)
-_SECONDS = Limit(0.0, 3600.0)                         # waits: an hour is already a hung run
 _MILLISECONDS = Limit(0.0, 3_600_000.0)
 
 
@@ -165,9 +173,16 @@ class LLMConfig:
     OpenAI-compatible server, e.g. ``http://127.0.0.1:8000/v1`` (or OPENAI_BASE_URL)."""
     api_version: str | None = None
     """Gemini API version (``gemini`` only)."""
-    timeout_s: float = ranged(20.0, Limit(0.0, 3600.0, lo_open=True))
-    retries: int = ranged(3, Limit(0, 100))
-    backoff_s: float = ranged(0.5, _SECONDS)
+    timeout_s: float = ranged(20.0, Limit(0.0, MAX_LLM_TIMEOUT_S, lo_open=True))
+    """Seconds one attempt may take, from connecting to the last byte of the answer; one call (its attempts,
+    the pauses between them and a ``response_format`` fallback) ends by ``timeout_s × (retries + 1)``."""
+    retries: int = ranged(3, Limit(0, MAX_LLM_RETRIES))
+    backoff_s: float = ranged(0.5, Limit(0.0, MAX_BACKOFF_S))
+    """First pause before a retry; it doubles per retry up to ``MAX_BACKOFF_S`` (a server's ``Retry-After``
+    wins where longer, up to 60 s)."""
+    allow_plain_http: bool = False
+    """Send the API key over plain ``http://`` to another machine (refused otherwise; loopback is always
+    allowed)."""
     max_wait_ms: float = ranged(0.0, _MILLISECONDS)
     """The env loop waits at most this long for an answer; 0 = never blocks."""
     cache_path: str | None = "{run_dir}/llm_cache.sqlite"

@@ -9,11 +9,14 @@
 * ``replay`` — answers recorded in an earlier run's ``llm_calls.jsonl``, matched by prompt hash
   (in order for repeated prompts), so a Gemini or open-model run re-executes without a key or a server.
 
-Failures are typed (:class:`LLMError` subclasses, each with a ``kind``); the controller counts them
-by kind and the step simply gets no prior. Start-up problems (missing key, malformed base URL, unusable
-ledger) raise :class:`LLMConfigError` from :func:`make_backend`; before a gemini or openai run starts,
+Every call of an HTTP backend ends by one deadline, ``timeout_s × (retries + 1)`` (:class:`HTTPBackend`,
+:mod:`lore.llm.transport`), whatever the server sends. Failures are typed (:class:`LLMError` subclasses,
+each with a ``kind``); the controller counts them by kind and the step simply gets no prior. Start-up
+problems (missing key, malformed base URL, a key bound for plain http to another machine, unusable ledger)
+raise :class:`LLMConfigError` from :func:`make_backend`; before a gemini or openai run starts,
 :func:`check_endpoint` looks the model up once, so an endpoint no call can succeed on fails there. An API
-key is never put into a message, a file or a repr: every error text passes through :func:`redact` first.
+key is never put into a message, a file or a repr: every error text passes through
+:func:`~lore.llm.secrets.redact_text` first.
 """
 
 from __future__ import annotations
@@ -26,17 +29,20 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
+from lore.config.sections import MAX_BACKOFF_S, MAX_LLM_RETRIES, MAX_LLM_TIMEOUT_S
 from lore.llm.schema import DEFAULT_MAX_PLAN_LEN, gemini_response_schema, json_response_schema
 from lore.llm.scripted import ScriptedAdvisor
-from lore.llm.secrets import API_KEY_ENV, OPENAI_API_KEY_ENV, key_problem, redact
+from lore.llm.secrets import API_KEY_ENV, OPENAI_API_KEY_ENV, key_problem, redact_text
+from lore.llm.transport import CallState, bounded_client, is_loopback, new_client
 from lore.validation import shown_url, url_problem
 
 log = logging.getLogger(__name__)
 
 BACKEND_FAILURES = (
     "timeout", "rate_limited", "server_error", "http_error", "connection_error", "replay_miss",
-    "backend_error",
+    "backend_error", "too_large", "truncated",
 )
 """Failure kinds raised by backends (validation kinds are in :data:`lore.llm.schema.VALIDATION_FAILURES`)."""
 
@@ -52,6 +58,13 @@ class LLMError(Exception):
     """A failed call; ``kind`` names the failure, ``attempts`` the HTTP attempts made."""
 
     kind = "backend_error"
+
+    status: int | None = None
+    """The HTTP status of a failure the server answered."""
+    detail: str = ""
+    """The server's own message of a failure it answered (redacted)."""
+    warning: str | None = None
+    """Something the run should know beyond the failure (the server dropped ``response_format``)."""
 
     def __init__(self, message: str, attempts: int = 1, kind: str | None = None,
                  deliver_at: tuple[int, int] | None = None):
@@ -104,6 +117,8 @@ class AdviceRequest:
     env_index: int = 0
     with_features: bool = False
     max_plan_len: int = DEFAULT_MAX_PLAN_LEN
+    call: CallState | None = None
+    """HTTP backends: the call's deadline and progress, which the caller may cancel (a fresh one if None)."""
 
 
 @dataclass
@@ -171,7 +186,22 @@ class ScriptedBackend:
 
 
 REMOTE_BACKENDS = ("gemini", "openai")
-"""Backends that call a model server over HTTP (a key, an endpoint check, timeouts and retries)."""
+"""Backends that call a model server over HTTP (a key, an endpoint check, a deadline and retries)."""
+
+CALL_SLACK_S = 2.0
+"""How long after its deadline (``timeout_s × (retries + 1)``) a call may still take to return: the time to
+raise, parse a response of at most ``MAX_RESPONSE_BYTES`` and hand it over. The controller gives a call this
+long before it gives it up."""
+RETRY_AFTER_MAX_S = 60.0
+"""Longest ``Retry-After`` honoured: a server asking for longer is asked again after this long."""
+UNSUPPORTED_FEATURE = re.compile(
+    r"(response_format|json_schema|json schema|structured output|guided|grammar)[^.]{0,80}?"
+    r"(not supported|unsupported|not implemented|not available|unknown|unrecognized|not recognized|"
+    r"not allowed|not permitted)"
+    r"|(not support|unsupported|not implemented|does not accept|doesn't accept|unknown|unrecognized)[^.]{0,80}?"
+    r"(response_format|json_schema|json schema|structured output|guided|grammar)",
+    re.IGNORECASE)
+"""A server's error message saying that it cannot constrain answers to a JSON schema."""
 
 
 def _transport_exceptions() -> tuple[tuple[type, ...], tuple[type, ...]]:
@@ -188,17 +218,39 @@ def _transport_exceptions() -> tuple[tuple[type, ...], tuple[type, ...]]:
     return tuple(timeouts), tuple(connects)
 
 
+MAX_REPORTED_TOKENS = 10**9
+"""Largest token count of one answer believed (a server may report anything)."""
+MAX_MODEL_NAME_CHARS = 200
+"""Longest model name kept from an answer."""
+
+
+def reported_count(value: Any) -> int:
+    """A token count as a server reported it; 0 when it is not a count in ``[0, MAX_REPORTED_TOKENS]``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 0
+    return int(value) if 0 <= value <= MAX_REPORTED_TOKENS else 0
+
+
+def reported_name(value: Any, default: str) -> str:
+    """A model name as a server reported it, shortened to :data:`MAX_MODEL_NAME_CHARS`; ``default`` when
+    there is none."""
+    return str(value)[:MAX_MODEL_NAME_CHARS] if isinstance(value, str) and value else default
+
+
+def call_budget_s(timeout_s: float, retries: int) -> float:
+    """The deadline of one call, in seconds from its start: every attempt, every pause between attempts and the
+    ``response_format`` fallback together."""
+    return float(timeout_s) * (max(int(retries), 0) + 1)
+
+
 def longest_call_s(llm) -> float:
-    """The longest one call of an ``llm`` section may take: every attempt timing out, and the longest wait
-    before each retry (the backoff, or a server's ``retry-after`` up to ``timeout_s``)."""
-    retries = max(int(llm.retries), 0)
-    timeout = float(llm.timeout_s)
-    return timeout * (retries + 1) + sum(max(float(llm.backoff_s) * 2 ** i, timeout) for i in range(retries))
+    """The longest one call of an ``llm`` section may take: its deadline plus :data:`CALL_SLACK_S`."""
+    return call_budget_s(llm.timeout_s, llm.retries) + CALL_SLACK_S
 
 
 def retry_after_s(error: BaseException) -> float:
-    """Seconds a failed HTTP answer asks the client to wait (``retry-after-ms`` / ``retry-after``; 0 when
-    it says nothing usable)."""
+    """Seconds a failed HTTP answer asks the client to wait (``retry-after-ms`` / ``retry-after``), at most
+    :data:`RETRY_AFTER_MAX_S`; 0 when it says nothing usable."""
     headers = getattr(getattr(error, "response", None), "headers", None)
     if headers is None:
         return 0.0
@@ -216,17 +268,33 @@ def retry_after_s(error: BaseException) -> float:
 
             try:  # an HTTP date
                 seconds = parsedate_to_datetime(value).timestamp() - time.time()
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
                 continue
         if seconds == seconds and seconds > 0:  # not NaN
-            return min(seconds, 3600.0)
+            return min(seconds, RETRY_AFTER_MAX_S)
     return 0.0
 
 
+def _plain_http_problem(base_url: str, key_env: str, allowed: bool) -> str | None:
+    """Why a key may not be sent to ``base_url`` (plain http to another machine), None when it may."""
+    parts = urlsplit(base_url)
+    if parts.scheme != "http" or allowed or is_loopback(parts.hostname):
+        return None
+    return (f"plain http to another machine, so {key_env} would travel unencrypted; use https, or set "
+            f"llm.allow_plain_http=true")
+
+
 class HTTPBackend:
-    """What the HTTP backends share: retry settings, the retry loop that turns client exceptions into
-    counted :class:`LLMError` kinds, and the start-up lookup. Subclasses set the exception classes of
-    their client and :meth:`_status`."""
+    """What the HTTP backends share: the settings, one deadline per call (:class:`CallState`), the retry loop
+    that turns client exceptions into counted :class:`LLMError` kinds, and the start-up lookup. Subclasses set
+    the exception classes of their client and :meth:`_status`.
+
+    A call starts its attempts while its deadline (:func:`call_budget_s`) has time left; each attempt may take
+    ``timeout_s``, never past the deadline. 429, 5xx, 408 and connection errors are retried after a pause of
+    ``backoff_s × 2^k`` (at most :data:`MAX_BACKOFF_S`), or the server's ``Retry-After`` where longer (at most
+    :data:`RETRY_AFTER_MAX_S`); a pause that would pass the deadline ends the call at once. A ``Retry-After``
+    also holds for the calls that start before it has passed. A timeout, another 4xx, a response larger than
+    ``MAX_RESPONSE_BYTES`` and a cut-off answer are not retried."""
 
     needs_snapshot = False
     inline = False
@@ -238,15 +306,19 @@ class HTTPBackend:
     _timeouts: tuple[type, ...] = ()
     _connects: tuple[type, ...] = ()
 
-    def __init__(self, timeout_s: float, retries: int, backoff_s: float, secrets: tuple[str, ...], sleep):
-        if timeout_s <= 0 or retries < 0 or backoff_s < 0:
-            raise LLMConfigError(f"llm.timeout_s must be > 0, llm.retries and llm.backoff_s >= 0 "
+    def __init__(self, timeout_s: float, retries: int, backoff_s: float, secrets: tuple[str, ...], sleep=None):
+        if not (0 < timeout_s <= MAX_LLM_TIMEOUT_S and 0 <= retries <= MAX_LLM_RETRIES
+                and 0 <= backoff_s <= MAX_BACKOFF_S):
+            raise LLMConfigError(f"llm.timeout_s must be in (0, {MAX_LLM_TIMEOUT_S:g}], llm.retries in "
+                                 f"[0, {MAX_LLM_RETRIES}] and llm.backoff_s in [0, {MAX_BACKOFF_S:g}] "
                                  f"(got {timeout_s}, {retries}, {backoff_s})")
         self.timeout_s = float(timeout_s)
         self.retries = int(retries)
         self.backoff_s = float(backoff_s)
         self._secrets = secrets
         self._sleep = sleep
+        self._not_before = 0.0
+        """Monotonic time before which the server asked not to be called again (``Retry-After``)."""
 
     @staticmethod
     def _status(error: BaseException) -> int:
@@ -260,84 +332,117 @@ class HTTPBackend:
             pass
 
     def _detail(self, error: BaseException) -> str:
-        return redact(str(getattr(error, "message", "") or error), self._secrets)
+        return redact_text(str(getattr(error, "message", "") or error), self._secrets)
 
     def _described(self, error: BaseException) -> str:
         """``Type: message`` of a transport error, with its cause (e.g. the refused connection), redacted."""
         cause = error.__cause__
+        cause = None if cause is None or str(cause) == str(error) else cause
         text = f"{type(error).__name__}: {error}" + (f" ({type(cause).__name__}: {cause})" if cause else "")
-        return redact(text, self._secrets)
+        return redact_text(text, self._secrets)
 
-    def _retrying(self, send) -> tuple[Any, int]:
-        """``(send(), attempts)``: retries 429, 5xx, 408 and connection errors with exponential backoff (at
-        least the server's ``retry-after``, up to ``timeout_s``); raises the :class:`LLMError` of the last
-        failure. A timeout or another 4xx is not retried."""
-        attempts = 0
+    def _new_call(self, request: AdviceRequest | None = None) -> CallState:
+        """The :class:`CallState` of a call starting now (the request's own, which its caller may cancel)."""
+        call = getattr(request, "call", None) or CallState()
+        call.begin(call_budget_s(self.timeout_s, self.retries))
+        return call
+
+    def _pause(self, call: CallState, seconds: float) -> bool:
+        """Wait ``seconds`` before the next attempt; False (without waiting) when that would pass the call's
+        deadline, or when the call is cancelled meanwhile."""
+        if seconds >= call.remaining():
+            return False
+        if self._sleep is None:
+            return call.wait(seconds)
+        self._sleep(seconds)
+        return not call.cancelled
+
+    def _error(self, call: CallState, e: BaseException) -> tuple[LLMError, bool, float]:
+        """``(error, retry, retry_after_s)`` for an exception of one attempt of ``call``."""
+        attempts = call.attempts
+        if call.cancelled:
+            return LLMTimeout("no answer: the call was given up", attempts), False, 0.0
+        if call.fault is not None:  # what the transport refused (too large, an unknown encoding)
+            kind, message = call.fault
+            return LLMError(message, attempts, kind=kind), False, 0.0
+        if isinstance(e, self._status_errors):
+            code, detail = self._status(e), self._detail(e)
+            message = f"{self.label} HTTP {code}: {detail}"[:500]
+            if code == 429:
+                error: LLMError = LLMRateLimited(message, attempts)
+            elif code >= 500 or code == 408:
+                error = LLMServerError(message, attempts)
+            else:  # 4xx: retrying will not help
+                error = LLMHTTPError(message, attempts)
+            error.status, error.detail = code, detail
+            wait = retry_after_s(e)
+            if wait:
+                self._not_before = max(self._not_before, time.monotonic() + wait)
+            return error, not isinstance(error, LLMHTTPError), wait
+        if isinstance(e, self._timeouts) or time.monotonic() >= call.attempt_deadline:
+            # No retry: a timed-out attempt has already cost timeout_s, and the env loop moved on.
+            return LLMTimeout(f"no answer within {self.timeout_s:g} s, or by the call's deadline "
+                              f"({type(e).__name__})", attempts), False, 0.0
+        if isinstance(e, self._connects):
+            return LLMConnectionError(self._described(e)[:500], attempts), True, 0.0
+        return LLMError(redact_text(f"{type(e).__name__}: {e}", self._secrets)[:500], attempts), False, 0.0
+
+    def _retrying(self, send, call: CallState, retry_status: bool = True) -> Any:
+        """``send()`` within ``call``'s deadline, retried as the class says; raises the :class:`LLMError` of the
+        last failure (its ``attempts``: every attempt of the call so far). ``retry_status`` false: an HTTP
+        error status is raised at once."""
+        wait = self._not_before - time.monotonic()
+        if wait > 0 and not self._pause(call, wait):
+            raise LLMRateLimited(f"{self.label} asked to be called again in {wait:.3g} s (Retry-After), after this "
+                                 f"call's deadline", call.attempts)
+        error: LLMError | None = None
         while True:
-            attempts += 1
-            wait = 0.0
+            if not call.start_attempt(self.timeout_s):
+                if error is not None:
+                    raise error
+                raise LLMTimeout("no answer: the call was given up or its deadline had passed", call.attempts)
             try:
-                return send(), attempts
-            except self._status_errors as e:
-                code = self._status(e)
-                message = f"{self.label} HTTP {code}: {self._detail(e)}"[:500]
-                if code == 429:
-                    error: LLMError = LLMRateLimited(message, attempts)
-                elif code >= 500 or code == 408:
-                    error = LLMServerError(message, attempts)
-                else:  # 4xx: retrying will not help
-                    http_error = LLMHTTPError(message, attempts)
-                    http_error.status = code
-                    raise http_error from None
-                wait = min(retry_after_s(e), self.timeout_s)
-            except self._timeouts as e:
-                # No retry: a timed-out call has already cost timeout_s, and the env loop moved on.
-                raise LLMTimeout(redact(f"no answer within {self.timeout_s:g} s ({type(e).__name__})",
-                                        self._secrets), attempts) from None
-            except self._connects as e:
-                error = LLMConnectionError(self._described(e)[:500], attempts)
-            except Exception as e:  # unexpected client errors (bad response body, ...)
-                raise LLMError(redact(f"{type(e).__name__}: {e}", self._secrets)[:500], attempts) from None
-            if attempts > self.retries:
+                with call.active():
+                    return send()
+            except Exception as e:
+                error, retry, retry_after = self._error(call, e)
+            if not retry or (isinstance(error, (LLMRateLimited, LLMServerError)) and not retry_status):
                 raise error
-            self._sleep(max(self.backoff_s * (2 ** (attempts - 1)), wait))
+            if call.attempts > self.retries:
+                raise error
+            backoff = min(self.backoff_s * 2 ** (call.attempts - 1), MAX_BACKOFF_S)
+            if not self._pause(call, max(backoff, retry_after)):
+                raise error
 
     def _lookup(self, lookup, where: str, fatal: dict[int, str]) -> Any:
-        """``lookup()`` once at start-up; raises :class:`LLMConfigError` when no call can succeed: the
-        endpoint is unreachable (after the configured retries) or answers a status of ``fatal`` (its
-        message). None when the answer is left to the run's own retries (a rate limit, a server error, a
-        timeout, an odd answer)."""
-        for attempt in range(self.retries + 1):
-            try:
-                return lookup()
-            except self._status_errors as e:
-                code = self._status(e)
-                if code in fatal:
-                    raise LLMConfigError(f"{fatal[code]} (HTTP {code}: {self._detail(e)[:200]})") from None
-                return None
-            except self._timeouts:
-                return None
-            except self._connects as e:
-                if attempt == self.retries:
-                    raise LLMConfigError(f"llm.base_url: cannot reach {where} ({self._described(e)[:200]})") from None
-                self._sleep(self.backoff_s * (2 ** attempt))
-            except Exception:  # an odd answer to the lookup: the calls themselves will tell
-                return None
-        return None
+        """``lookup()`` once at start-up, within one call's deadline; raises :class:`LLMConfigError` when no
+        call can succeed: the endpoint is unreachable (after the configured retries) or answers a status of
+        ``fatal`` (its message). None when the answer is left to the run's own retries (a rate limit, a server
+        error, a timeout, an odd answer)."""
+        try:
+            return self._retrying(lookup, self._new_call(), retry_status=False)
+        except LLMConnectionError as e:
+            raise LLMConfigError(f"llm.base_url: cannot reach {where} ({str(e)[:200]})") from None
+        except LLMError as e:
+            code = getattr(e, "status", None)
+            if code in fatal:
+                raise LLMConfigError(f"{fatal[code]} (HTTP {code}: {e.detail[:200]})") from None
+            return None
 
 
 # ----------------------------------------------------------------------------- gemini
 
 
 class GeminiBackend(HTTPBackend):
-    """``google-genai`` ``generate_content`` in JSON mode; retries 429/5xx with exponential backoff."""
+    """``google-genai`` ``generate_content`` in JSON mode, through a connection pool that enforces the call's
+    deadline and size cap (:mod:`lore.llm.transport`); the retries are ours (:class:`HTTPBackend`)."""
 
     name = "gemini"
     label = "Gemini"
 
     def __init__(self, model: str, base_url: str | None = None, api_version: str | None = None,
                  timeout_s: float = 20.0, retries: int = 3, backoff_s: float = 0.5,
-                 max_plan_len: int = DEFAULT_MAX_PLAN_LEN, sleep=time.sleep):
+                 max_plan_len: int = DEFAULT_MAX_PLAN_LEN, sleep=None, allow_plain_http: bool = False):
         key = os.environ.get(API_KEY_ENV, "").strip()
         if not key:
             raise LLMConfigError(f"backend 'gemini' needs the {API_KEY_ENV} environment variable")
@@ -353,7 +458,7 @@ class GeminiBackend(HTTPBackend):
         options: dict[str, Any] = {"timeout": max(1, int(round(timeout_s * 1000)))}
         base_url = base_url or os.environ.get("GOOGLE_GEMINI_BASE_URL") or None
         if base_url:
-            problem = url_problem(base_url)
+            problem = url_problem(base_url) or _plain_http_problem(base_url, API_KEY_ENV, allow_plain_http)
             if problem:
                 raise LLMConfigError(f"llm.base_url (or GOOGLE_GEMINI_BASE_URL): {shown_url(base_url)}: {problem}")
             options["base_url"] = base_url
@@ -361,14 +466,15 @@ class GeminiBackend(HTTPBackend):
             options["api_version"] = api_version
         self.base_url = base_url
         try:
+            options["httpx_client"] = new_client(timeout=self.timeout_s)
             self._client = genai.Client(api_key=key, http_options=types.HttpOptions(**options))
         except Exception as e:  # SDK start-up problems become a config error
-            raise LLMConfigError(redact(f"could not create the Gemini client: {e}", self._secrets)) from None
+            raise LLMConfigError(redact_text(f"could not create the Gemini client: {e}", self._secrets)) from None
         self._status_errors = (errors.APIError,)
         self._timeouts, self._connects = _transport_exceptions()
 
     def __repr__(self) -> str:
-        return f"GeminiBackend(model={self.model!r}, base_url={self.base_url!r})"
+        return f"GeminiBackend(model={self.model!r}, base_url={shown_url(self.base_url) if self.base_url else None})"
 
     @staticmethod
     def _status(error: BaseException) -> int:
@@ -378,7 +484,7 @@ class GeminiBackend(HTTPBackend):
         """Look the model up once (``models.get``: no tokens) and raise :class:`LLMConfigError` when no call can
         succeed: the endpoint is unreachable (after the configured retries), rejects the key, or does not know
         the model. A rate limit, a server error or a timeout is left to the run's own retries."""
-        where = self.base_url or "the Gemini API"
+        where = shown_url(self.base_url) if self.base_url else "the Gemini API"
         fatal = {code: text.format(model=self.model, where=where) for code, text in PROBE_FATAL.items()}
         self._lookup(lambda: self._client.models.get(model=self.model), where, fatal)
 
@@ -392,8 +498,16 @@ class GeminiBackend(HTTPBackend):
 
     def complete(self, request: AdviceRequest) -> BackendResponse:
         config = self._config(request)
-        response, attempts = self._retrying(lambda: self._client.models.generate_content(
-            model=self.model, contents=request.prompt, config=config))
+        call = self._new_call(request)
+        response = self._retrying(lambda: self._client.models.generate_content(
+            model=self.model, contents=request.prompt, config=config), call)
+        try:
+            reason = response.candidates[0].finish_reason
+        except (AttributeError, IndexError, TypeError):
+            reason = None
+        if str(getattr(reason, "name", reason)) == "MAX_TOKENS":
+            raise LLMError("the answer was cut off at the model's token limit (finishReason MAX_TOKENS)",
+                           call.attempts, kind="truncated")
         usage = getattr(response, "usage_metadata", None)
         try:
             text = response.text or ""
@@ -401,10 +515,10 @@ class GeminiBackend(HTTPBackend):
             text = ""
         return BackendResponse(
             text=text,
-            tokens_in=int(getattr(usage, "prompt_token_count", 0) or 0),
-            tokens_out=int(getattr(usage, "candidates_token_count", 0) or 0),
-            model=getattr(response, "model_version", None) or self.model,
-            attempts=attempts,
+            tokens_in=reported_count(getattr(usage, "prompt_token_count", 0)),
+            tokens_out=reported_count(getattr(usage, "candidates_token_count", 0)),
+            model=reported_name(getattr(response, "model_version", None), self.model),
+            attempts=call.attempts,
         )
 
 
@@ -424,7 +538,8 @@ NO_KEY = "no-key"
 """The key sent to a server when ``OPENAI_API_KEY`` is unset (local servers started without one ignore it)."""
 
 SCHEMA_REJECTED = (400, 422)
-"""Statuses with which a server refuses a request's ``response_format`` (the backend then asks without it)."""
+"""Statuses with which a server refuses a request's ``response_format``; the backend asks without it only when
+the error's message says so (:data:`UNSUPPORTED_FEATURE`)."""
 
 _THINK = re.compile(r"^\s*<think>.*?</think>", re.DOTALL)
 
@@ -439,29 +554,34 @@ def json_part(text: str) -> str:
 
 class OpenAIBackend(HTTPBackend):
     """Chat Completions of an OpenAI-compatible server (vLLM, llama.cpp's ``llama-server``, Ollama, SGLang)
-    through the ``openai`` client, temperature 0.
+    through the ``openai`` client, temperature 0, over a connection pool that enforces the call's deadline and
+    size cap (:mod:`lore.llm.transport`); the retries are ours (:class:`HTTPBackend`).
 
     Each call asks for JSON constrained by :func:`~lore.llm.schema.json_response_schema` (``response_format``
-    of type ``json_schema``). A server that refuses it (HTTP 400 / 422) is asked again without it at once,
-    and from then on for the rest of the run; the answer's JSON object is then cut out of the text
-    (:func:`json_part`). The controller validates every answer either way. The key (``OPENAI_API_KEY``,
-    optional) is redacted from every message.
+    of type ``json_schema``). A server that refuses it (HTTP 400 / 422 with a message saying the feature is not
+    supported) is asked again without it within the same call, and from then on for the rest of the run; the
+    answer's JSON object is then cut out of the text (:func:`json_part`). The switch is logged as a warning
+    and travels with the call (``warning``: the ledger line, the ``llm_schema_dropped`` counter). An answer
+    cut off at the token limit (``finish_reason: length``) is a ``truncated`` failure. The key
+    (``OPENAI_API_KEY``, optional) is redacted from every message, and is sent over plain http only to this
+    machine unless ``allow_plain_http``.
     """
 
     name = "openai"
 
     def __init__(self, model: str, base_url: str | None = None, timeout_s: float = 20.0, retries: int = 3,
-                 backoff_s: float = 0.5, max_plan_len: int = DEFAULT_MAX_PLAN_LEN, sleep=time.sleep):
+                 backoff_s: float = 0.5, max_plan_len: int = DEFAULT_MAX_PLAN_LEN, sleep=None,
+                 allow_plain_http: bool = False):
         base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
         if not base_url:
             raise LLMConfigError("llm.base_url: backend 'openai' needs the server's endpoint, "
                                  "e.g. http://127.0.0.1:8000/v1 (or set OPENAI_BASE_URL)")
-        problem = url_problem(base_url)
+        key = os.environ.get(OPENAI_API_KEY_ENV, "").strip()
+        problem = url_problem(base_url) or (key and _plain_http_problem(base_url, OPENAI_API_KEY_ENV, allow_plain_http))
         if problem:
             raise LLMConfigError(f"llm.base_url (or OPENAI_BASE_URL): {shown_url(base_url)}: {problem}")
         if not str(model).strip():
             raise LLMConfigError("llm.model: backend 'openai' needs the name the server serves the model under")
-        key = os.environ.get(OPENAI_API_KEY_ENV, "").strip()
         if key and key_problem(key):
             raise LLMConfigError(f"{OPENAI_API_KEY_ENV}: {key_problem(key)}")
         super().__init__(timeout_s, retries, backoff_s, (key,) if key else (), sleep)
@@ -472,18 +592,19 @@ class OpenAIBackend(HTTPBackend):
         self.label = f"server {shown_url(base_url)}"
         self.max_plan_len = max_plan_len
         self.schema_constrained = True
-        """False once the server refused ``response_format``: later calls ask for plain text."""
+        """False once the server said it does not support ``response_format``: later calls ask for plain text."""
         try:
+            http_client = bounded_client(openai.DefaultHttpxClient(timeout=self.timeout_s))
             self._client = openai.OpenAI(api_key=key or NO_KEY, base_url=base_url, timeout=self.timeout_s,
-                                         max_retries=0)
+                                         max_retries=0, http_client=http_client)
         except Exception as e:  # client start-up problems become a config error
-            raise LLMConfigError(redact(f"could not create the OpenAI client: {e}", self._secrets)) from None
+            raise LLMConfigError(redact_text(f"could not create the OpenAI client: {e}", self._secrets)) from None
         self._status_errors = (openai.APIStatusError,)
         self._timeouts = (openai.APITimeoutError,)
         self._connects = (openai.APIConnectionError,)
 
     def __repr__(self) -> str:
-        return f"OpenAIBackend(model={self.model!r}, base_url={self.base_url!r})"
+        return f"OpenAIBackend(model={self.model!r}, base_url={shown_url(self.base_url)})"
 
     @staticmethod
     def _status(error: BaseException) -> int:
@@ -517,53 +638,75 @@ class OpenAIBackend(HTTPBackend):
             raise LLMConfigError(f"llm.model: {self.model!r} is not served at {shown_url(self.base_url)} "
                                  f"(it serves {served})")
 
-    def _ask(self, request: AdviceRequest, constrained: bool) -> tuple[Any, int]:
+    def _ask(self, request: AdviceRequest, constrained: bool, call: CallState) -> Any:
         kwargs: dict[str, Any] = {"model": self.model, "temperature": 0.0,
                                   "messages": [{"role": "user", "content": request.prompt}]}
         if constrained:
             schema = json_response_schema(request.num_actions, request.max_plan_len, request.with_features)
             kwargs["response_format"] = {"type": "json_schema",
                                          "json_schema": {"name": "advice", "schema": schema}}
-        return self._retrying(lambda: self._client.chat.completions.create(**kwargs))
+        return self._retrying(lambda: self._client.chat.completions.create(**kwargs), call)
 
     def complete(self, request: AdviceRequest) -> BackendResponse:
+        call = self._new_call(request)
         constrained = self.schema_constrained
+        warning = None
         try:
-            response, attempts = self._ask(request, constrained)
+            response = self._ask(request, constrained, call)
         except LLMHTTPError as e:
-            if not constrained or getattr(e, "status", None) not in SCHEMA_REJECTED:
+            if not (constrained and getattr(e, "status", None) in SCHEMA_REJECTED
+                    and UNSUPPORTED_FEATURE.search(str(e))):
                 raise
-            try:
-                response, attempts = self._ask(request, False)
-            except LLMError as again:
-                again.attempts += e.attempts
-                raise
-            attempts += e.attempts
             self.schema_constrained = constrained = False
-            log.info("%s refused response_format (%s); asking for plain JSON text from now on",
-                     self.label, str(e)[:200])
+            warning = (f"{self.label} does not support response_format ({str(e)[:200]}); asking for plain JSON "
+                       f"text from now on")
+            log.warning("%s", warning)
+            try:
+                response = self._ask(request, False, call)
+            except LLMError as again:
+                again.warning = warning
+                raise
         try:
-            text = response.choices[0].message.content or ""
+            choice = response.choices[0]
+            text = choice.message.content or ""
         except (AttributeError, IndexError, TypeError):  # no choice, or not a chat completion
-            text = ""
+            choice, text = None, ""
+        if getattr(choice, "finish_reason", None) == "length":
+            error = LLMError("the answer was cut off at the token limit (finish_reason: length)", call.attempts,
+                             kind="truncated")
+            error.warning = warning
+            raise error
         if not constrained:
             text = json_part(text)
         usage = getattr(response, "usage", None)
         return BackendResponse(
             text=text,
-            tokens_in=int(getattr(usage, "prompt_tokens", 0) or 0),
-            tokens_out=int(getattr(usage, "completion_tokens", 0) or 0),
-            model=str(getattr(response, "model", "") or self.model),
-            attempts=attempts,
+            tokens_in=reported_count(getattr(usage, "prompt_tokens", 0)),
+            tokens_out=reported_count(getattr(usage, "completion_tokens", 0)),
+            model=reported_name(getattr(response, "model", None), self.model),
+            attempts=call.attempts,
+            extra={"warning": warning} if warning else {},
         )
 
 
 def _remote_backend(llm, max_plan_len: int = DEFAULT_MAX_PLAN_LEN) -> GeminiBackend | OpenAIBackend:
     """The HTTP backend of an ``llm`` section whose backend is one of :data:`REMOTE_BACKENDS`."""
+    plain = bool(getattr(llm, "allow_plain_http", False))
     if llm.backend == "openai":
-        return OpenAIBackend(llm.model, llm.base_url, llm.timeout_s, llm.retries, llm.backoff_s, max_plan_len)
+        return OpenAIBackend(llm.model, llm.base_url, llm.timeout_s, llm.retries, llm.backoff_s, max_plan_len,
+                             allow_plain_http=plain)
     return GeminiBackend(llm.model, llm.base_url, llm.api_version, llm.timeout_s, llm.retries, llm.backoff_s,
-                         max_plan_len)
+                         max_plan_len, allow_plain_http=plain)
+
+
+def endpoint(llm) -> str | None:
+    """The endpoint a remote backend of ``llm`` calls: ``llm.base_url``, else the environment's
+    (``OPENAI_BASE_URL`` / ``GOOGLE_GEMINI_BASE_URL``); None for Google's own Gemini endpoint or another
+    backend."""
+    if llm.backend not in REMOTE_BACKENDS:
+        return llm.base_url
+    env = "OPENAI_BASE_URL" if llm.backend == "openai" else "GOOGLE_GEMINI_BASE_URL"
+    return llm.base_url or os.environ.get(env) or None
 
 
 def check_endpoint(llm) -> None:
@@ -574,6 +717,7 @@ def check_endpoint(llm) -> None:
         backend.check_endpoint()
     finally:
         backend.close()
+
 
 
 # ----------------------------------------------------------------------------- replay
@@ -632,10 +776,13 @@ class ReplayBackend:
         deliver = None
         if record.get("answered_step") is not None:
             deliver = (int(record["answered_step"]), int(record.get("answered_phase") or 0))
+        warning = record.get("warning")
         if not record.get("ok") and record.get("raw") is None:
-            raise LLMError(f"replayed failure: {record.get('failure')}", int(record.get("attempts") or 1),
-                           kind=str(record.get("failure") or "backend_error"),
-                           deliver_at=deliver)
+            attempts = record.get("attempts")
+            error = LLMError(f"replayed failure: {record.get('failure')}", 1 if attempts is None else int(attempts),
+                             kind=str(record.get("failure") or "backend_error"), deliver_at=deliver)
+            error.warning = warning
+            raise error
         raw = record.get("raw")
         if raw is None:
             raw = record.get("answer")
@@ -644,6 +791,7 @@ class ReplayBackend:
             model=str(record.get("model") or ""), attempts=int(record.get("attempts") or 1),
             deliver_at=deliver,
             replayed_cache_hit=bool(record.get("cache_hit")),
+            extra={"warning": warning} if warning else {},
         )
 
     def close(self) -> None:

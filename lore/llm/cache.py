@@ -216,7 +216,7 @@ class AdviceCache:
 
 def _stored(value: object) -> str:
     """The text a cache row keeps for ``value``: redacted before and after JSON encoding."""
-    return redact(json.dumps(redact_value(value)))
+    return redact(json.dumps(redact_value(value)), encoded=True)
 
 
 def _checked_row(row: tuple) -> dict | None:

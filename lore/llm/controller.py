@@ -61,7 +61,8 @@ from lore.llm.schema import (
     answer_size,
     validate_advice,
 )
-from lore.llm.secrets import current_secrets, redact, redact_value, scrub_answer
+from lore.llm.secrets import current_secrets, redact_text, redact_value, scrub_answer
+from lore.llm.transport import CallState
 from lore.utils.io import expand_run_dir
 
 log = logging.getLogger("lore.llm")
@@ -241,7 +242,7 @@ class LLMController:
             "llm_calls": 0, "llm_calls_ok": 0, "llm_cache_hits": 0, "llm_cache_hits_memory": 0,
             "llm_cache_hits_persistent": 0, "llm_failures": 0, "llm_plan_steps": 0, "llm_calls_saved": 0,
             "llm_heldout_checks": 0, "llm_triggers": 0, "llm_skipped_budget": 0, "llm_tokens_in": 0,
-            "llm_tokens_out": 0, "llm_latency_ms_total": 0.0,
+            "llm_tokens_out": 0, "llm_latency_ms_total": 0.0, "llm_schema_dropped": 0,
         }
         for kind in FAILURE_KINDS:
             self._counters[f"llm_failures_{kind}"] = 0
@@ -339,7 +340,9 @@ class LLMController:
 
     @property
     def inflight(self) -> int:
-        return sum(1 for p in self._pending if not p.abandoned)
+        """Calls whose worker still runs or whose answer is still to be applied (a call given up counts until
+        its worker has ended: no new request overlaps its transfer)."""
+        return sum(1 for p in self._pending if not p.abandoned or not p.future.done())
 
     def counters(self) -> dict[str, float]:
         out = dict(self._counters)
@@ -366,10 +369,9 @@ class LLMController:
         self._drain(PHASE_CLOSE)
         now = time.monotonic()
         for pending in self._pending:  # what _drain left: calls still running
-            pending.abandoned = True  # the daemon thread may finish later; its result is ignored
+            if not pending.abandoned:
+                self._give_up(pending, "no answer: call still in flight when the run ended", now)
             pending.future.cancel()
-            self._finish(pending, _Outcome(None, LLMError("no answer: call still in flight when the run ended",
-                                                          kind="timeout"), (now - pending.started) * 1000.0))
         self._pending.clear()
 
     def close(self, timeout_s: float = 2.0) -> None:
@@ -533,6 +535,8 @@ class LLMController:
             state_key=q.state_key, env_step=env_step, env_index=q.env_index, with_features=self.with_features,
             max_plan_len=self.max_plan_len,
         )
+        if not backend.inline:
+            request.call = CallState()
         if backend.inline:
             future: Future = Future()
             future.set_result(self._call(request))
@@ -567,14 +571,16 @@ class LLMController:
             error = None
             size = answer_size(response.text)
             if size > MAX_ANSWER_CHARS:  # refused whole: nothing of it is validated, kept or written
-                response, error = None, LLMError(f"answer of {size:,} characters is longer than the "
-                                                 f"{MAX_ANSWER_CHARS:,}-character cap", response.attempts)
+                error = LLMError(f"answer of {size:,} characters is longer than the {MAX_ANSWER_CHARS:,}-character "
+                                 f"cap", response.attempts, kind="too_large")
+                error.warning = response.extra.get("warning")
+                response = None
             else:
                 response.text = scrub_answer(response.text)
         except LLMError as e:
             response, error = None, e
         except Exception as e:  # a backend bug must not kill training: counted as backend_error
-            response, error = None, LLMError(redact(f"{type(e).__name__}: {e}")[:500])
+            response, error = None, LLMError(redact_text(f"{type(e).__name__}: {e}")[:500])
         return _Outcome(response, error, (time.perf_counter() - start) * 1000.0)
 
     def _drain(self, phase: int) -> None:
@@ -591,15 +597,13 @@ class LLMController:
         now = time.monotonic()
         for pending in self._pending:
             if pending.abandoned:
+                if not pending.future.done():  # kept (and counted in flight) until its worker has ended
+                    still.append(pending)
                 continue
             if not pending.future.done():
                 if now - pending.started > self.hung_after_s:
-                    pending.abandoned = True  # the daemon thread may finish later; its result is ignored
-                    self._finish(pending, _Outcome(None, LLMError("no answer: call abandoned as hung",
-                                                                  kind="timeout"),
-                                                   (now - pending.started) * 1000.0))
-                else:
-                    still.append(pending)
+                    self._give_up(pending, "no answer: call abandoned as hung", now)
+                still.append(pending)
                 continue
             outcome: _Outcome = pending.future.result()
             deliver = (outcome.response.deliver_at if outcome.response is not None
@@ -610,17 +614,34 @@ class LLMController:
             self._finish(pending, outcome)
         self._pending = still
 
+    def _give_up(self, pending: _Pending, message: str, now: float) -> None:
+        """Record ``pending`` as a ``timeout`` failure and stop its call: no attempt starts after this, the
+        transfer in progress is ended, and the attempts it made are the ledger's."""
+        pending.abandoned = True  # its worker's result, if any, is ignored
+        call = pending.request.call
+        attempts = call.cancel() if call is not None else 1
+        if call is not None and not call.begun:  # a backend that does not count its attempts: one call, one
+            attempts = 1
+        self._finish(pending, _Outcome(None, LLMError(message, attempts, kind="timeout"),
+                                       (now - pending.started) * 1000.0))
+
     def _finish(self, pending: _Pending, outcome: _Outcome) -> None:
         request, backend = pending.request, self.backend
         record = {"env_step": request.env_step, "answered_step": self._step_now,
                   "answered_phase": self._phase_now, "env_index": request.env_index,
                   "backend": backend.name, "prompt_hash": request.prompt_hash, "state_key": request.state_key,
                   "latency_ms": round(outcome.latency_ms, 3), "prompt": request.prompt, "source": "backend"}
+        warning = (outcome.error.warning if outcome.error is not None
+                   else outcome.response.extra.get("warning") if outcome.response is not None else None)
+        if warning:
+            record["warning"] = redact_text(str(warning))[:500]
+            self._counters["llm_schema_dropped"] = 1
         if outcome.error is not None:
             error = outcome.error
             self._count_failure(error.kind)
-            log.warning("LLM call failed (%s): %s", error.kind, redact(str(error))[:200])
-            self._write(record, model=backend.model, ok=False, failure=error.kind, error=redact(str(error))[:300],
+            text = redact_text(str(error))
+            log.warning("LLM call failed (%s): %s", error.kind, text[:200])
+            self._write(record, model=backend.model, ok=False, failure=error.kind, error=text[:300],
                         cache_hit=False, attempts=error.attempts, answer=None, raw=None, tokens_in=0, tokens_out=0)
             return
         response = outcome.response

@@ -10,7 +10,9 @@ redacted message or null), ``cache_hit``, ``tokens_in``, ``tokens_out``, ``attem
 validated :class:`~lore.llm.schema.Advice` as a dict, or null), ``raw`` (the backend's raw answer —
 text or dict — as received, with any API key masked, or null when no answer came back; ``replay``
 re-validates it, so a replayed run sees the same answers *and* the same validation failures),
-``prompt`` (the prompt text; null for surrogate answers).
+``prompt`` (the prompt text; null for surrogate answers), ``warning`` (what the run should know beyond the
+call's outcome, e.g. that the server does not support ``response_format`` and was asked for plain text from
+then on; null otherwise).
 
 Every string of a record is redacted (:func:`~lore.llm.secrets.redact_value`) before the line is encoded,
 and the encoded line once more. A ledger read back (:func:`read_ledger`, what ``replay`` uses) is checked
@@ -35,7 +37,7 @@ LEDGER_NAME = "llm_calls.jsonl"
 LEDGER_FIELDS = (
     "env_step", "answered_step", "answered_phase", "env_index", "backend", "model", "source", "prompt_hash", "state_key",
     "latency_ms", "ok", "failure", "error", "cache_hit", "tokens_in", "tokens_out", "attempts", "answer",
-    "raw", "prompt",
+    "raw", "prompt", "warning",
 )
 MAX_LEDGER_BYTES = 1 << 32
 """Largest ledger read back (4 GiB: 10**5 calls of the largest line)."""
@@ -50,6 +52,7 @@ FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "model": _TEXT, "source": _TEXT, "prompt_hash": _TEXT, "state_key": _TEXT, "latency_ms": (int, float),
     "ok": (bool,), "failure": _TEXT, "error": _TEXT, "cache_hit": (bool,), "tokens_in": _INT, "tokens_out": _INT,
     "attempts": _INT, "answer": (dict,), "raw": (str, dict), "prompt": _TEXT,
+    "warning": _TEXT,
 }
 """The JSON type of each field when it is not null (``bool`` is not an ``int`` here)."""
 
@@ -75,7 +78,7 @@ class Ledger:
         if unknown:
             raise ValueError(f"unknown ledger field(s) {sorted(unknown)}; known: {list(LEDGER_FIELDS)}")
         line = json.dumps(redact_value({k: record.get(k) for k in LEDGER_FIELDS}), separators=(",", ":"))
-        line = redact(line)
+        line = redact(line, encoded=True)
         with self._lock:
             if self._file.closed:
                 raise ValueError(f"ledger {self.path} is closed")

@@ -35,7 +35,7 @@ VALIDATION_FAILURES = (
 """Failure kinds produced by :func:`validate_advice`."""
 
 MAX_ANSWER_CHARS = 65_536
-"""Longest answer kept (its JSON text, in characters): a longer one is refused as a ``backend_error`` before
+"""Longest answer kept (its JSON text, in characters): a longer one is refused as ``too_large`` before
 it is validated, ledgered or cached, so no stored answer, ledger line or cache row is ever larger."""
 
 DEFAULT_MAX_PLAN_LEN = 32
@@ -79,7 +79,7 @@ def _parse_json_object(raw: str | bytes | dict) -> tuple[dict | None, str | None
         return None, "malformed_json"
     try:
         data = json.loads(text)  # accepts NaN/Infinity literals: reported as "nonfinite" below
-    except (json.JSONDecodeError, RecursionError):
+    except (ValueError, RecursionError, MemoryError):  # ValueError: also an integer of more than 4300 digits
         return None, "malformed_json"
     if not isinstance(data, dict):
         return None, "wrong_type"
@@ -98,18 +98,37 @@ def validate_advice(
 ) -> tuple[Advice | None, str | None]:
     """Check one answer against the schema: ``(Advice, None)`` or ``(None, failure_kind)``.
 
-    Logits are clipped to ``[-logit_clip, logit_clip]``. Never raises on a bad answer; raises
-    ``ValueError`` only for bad *arguments* (``num_actions < 1``, ``logit_clip <= 0``).
+    Logits are clipped to ``[-logit_clip, logit_clip]``. Never raises on a bad answer (an exception while
+    reading one is ``malformed_json`` while parsing, ``wrong_type`` after); raises ``ValueError`` only for bad
+    *arguments* (``num_actions < 1``, ``logit_clip <= 0``).
     """
     if num_actions < 1:
         raise ValueError(f"validate_advice: num_actions must be >= 1, got {num_actions}")
     if not logit_clip > 0:
         raise ValueError(f"validate_advice: logit_clip must be > 0, got {logit_clip}")
-    data, failure = _parse_json_object(raw)
+    try:
+        data, failure = _parse_json_object(raw)
+    except Exception:  # anything a hostile text can make the parser raise
+        return None, "malformed_json"
     if failure:
         return None, failure
     assert data is not None
+    try:
+        return _checked(data, num_actions, logit_clip, max_plan_len)
+    except Exception:  # e.g. a value no float can hold
+        return None, "wrong_type"
 
+
+def _as_float(x: int | float) -> float:
+    """``x`` as a float; an integer beyond the float range becomes an infinity of its sign."""
+    try:
+        return float(x)
+    except OverflowError:
+        return math.copysign(math.inf, x)
+
+
+def _checked(data: dict, num_actions: int, logit_clip: float, max_plan_len: int) -> tuple[Advice | None, str | None]:
+    """:func:`validate_advice` of a parsed answer."""
     prior = data.get("action_prior")
     if prior is None or "confidence" not in data or data["confidence"] is None:
         return None, "missing_field"
@@ -125,6 +144,10 @@ def validate_advice(
     confidence = data["confidence"]
     if not _is_number(confidence):
         return None, "wrong_type"
+    if isinstance(confidence, int):
+        confidence = _as_float(confidence)
+    # an integer too large for a float is a huge finite logit: saturated by the clip like any other
+    logits = [v if isinstance(v, float) else max(min(_as_float(v), 1e308), -1e308) for v in logits]
     if not all(math.isfinite(v) for v in logits) or not math.isfinite(confidence):
         return None, "nonfinite"
     if not 0.0 <= confidence <= 1.0:

@@ -1,20 +1,29 @@
 """The API keys' names and their removal from anything written to disk or shown in a message.
 
-A leaf module: the backends read the keys, and the controller, the ledger and the cache redact them from
-what they keep, without either depending on the other (no import cycles).
+A leaf module (it needs only :mod:`lore.validation`): the backends read the keys, and the controller, the
+ledger, the cache, the config writer and the command line redact them from what they keep or show, without
+either depending on the other (no import cycles).
 
 A key is removed in every form it can take in text: as it is, JSON-escaped (with and without ``\\uXXXX``
 escapes), as a Python ``repr`` of the text or of its UTF-8 bytes, and URL-quoted; a key spread over lines is
-also removed line by line. Values (answers, records) are redacted string by string *before* they are
-serialised, and the serialised text once more after.
+also removed line by line. A key of any length is removed: one shorter than :data:`MIN_SECRET_LEN` wherever it
+stands apart from letters and digits. Values (answers, records) are redacted string by string *before* they
+are serialised, and the serialised text once more after (there only keys of :data:`MIN_SECRET_LEN` or more:
+a short key could match a number of the encoding).
+
+:func:`redact_text` is what every message the toolkit prints or writes passes through: the keys, and in any
+URL in the text its user-info, query, fragment and key-like path segments (:func:`lore.validation.masked_url`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Any
 from urllib.parse import quote, quote_plus
+
+from lore.validation import masked_url
 
 API_KEY_ENV = "GEMINI_API_KEY"
 OPENAI_API_KEY_ENV = "OPENAI_API_KEY"
@@ -23,7 +32,8 @@ SECRET_ENVS: tuple[str, ...] = (API_KEY_ENV, OPENAI_API_KEY_ENV)
 """Environment variables whose values are secrets (a backend reading another key adds its name here)."""
 MASK = "***"
 MIN_SECRET_LEN = 4
-"""Shorter values (and key fragments) are not masked: they would mask ordinary text."""
+"""Keys of this length or more are masked wherever they occur; shorter ones only where they stand apart from
+letters and digits (inside words they would mask ordinary text)."""
 MIN_FRAGMENT_LEN = 8
 """A line of a multi-line key is masked on its own from this length on."""
 
@@ -51,27 +61,48 @@ def _forms(secrets: tuple[str, ...] | None) -> list[str]:
     return [form for secret in secrets if secret and len(secret) >= MIN_SECRET_LEN for form in secret_forms(secret)]
 
 
-def redact(text: str, secrets: tuple[str, ...] | None = None) -> str:
-    """``text`` with every form of every secret (default: :func:`current_secrets`) replaced by ``***``."""
-    for form in _forms(secrets):
+def _short(secrets: tuple[str, ...] | None) -> re.Pattern | None:
+    """The pattern of the keys shorter than :data:`MIN_SECRET_LEN`, standing apart from letters and digits."""
+    secrets = current_secrets() if secrets is None else secrets
+    short = sorted({s for s in secrets if s and len(s) < MIN_SECRET_LEN}, key=len, reverse=True)
+    if not short:
+        return None
+    return re.compile(r"(?<![A-Za-z0-9])(?:" + "|".join(re.escape(s) for s in short) + r")(?![A-Za-z0-9])")
+
+
+def _masked(text: str, forms: list[str], short: re.Pattern | None) -> str:
+    for form in forms:
         if form in text:
             text = text.replace(form, MASK)
-    return text
+    return short.sub(MASK, text) if short is not None else text
+
+
+def redact(text: str, secrets: tuple[str, ...] | None = None, encoded: bool = False) -> str:
+    """``text`` with every form of every secret (default: :func:`current_secrets`) replaced by ``***``;
+    ``encoded``: ``text`` is a serialised value whose strings were redacted already, so keys shorter than
+    :data:`MIN_SECRET_LEN` are left alone."""
+    return _masked(text, _forms(secrets), None if encoded else _short(secrets))
+
+
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>()]+")
+
+
+def redact_text(text: str, secrets: tuple[str, ...] | None = None) -> str:
+    """A message as it may be shown or written: :func:`redact`, and every URL in it masked
+    (:func:`~lore.validation.masked_url`)."""
+    return redact(_URL.sub(lambda m: masked_url(m.group(0)), str(text)), secrets)
 
 
 def redact_value(value: Any, secrets: tuple[str, ...] | None = None) -> Any:
     """``value`` (strings, lists, tuples, dicts, keys included, to any depth) with every string redacted;
     the value itself when no secret is set or none occurs in it."""
-    forms = _forms(secrets)
-    if not forms:
+    forms, short = _forms(secrets), _short(secrets)
+    if not forms and short is None:
         return value
 
     def scrub(v: Any) -> Any:
         if isinstance(v, str):
-            for form in forms:
-                if form in v:
-                    v = v.replace(form, MASK)
-            return v
+            return _masked(v, forms, short)
         if isinstance(v, dict):
             return {scrub(k): scrub(x) for k, x in v.items()}
         if isinstance(v, (list, tuple)):
@@ -102,8 +133,8 @@ def _depth_at_most(value: Any, limit: int) -> bool:
 def scrub_answer(raw: Any, secrets: tuple[str, ...] | None = None) -> Any:
     """A backend's raw answer (text or dict) with every secret removed, also where JSON text spells the key
     with escapes of its own choosing: such text is decoded, redacted and encoded again."""
-    forms = _forms(secrets)
-    if not forms or raw is None:
+    forms, short = _forms(secrets), _short(secrets)
+    if (not forms and short is None) or raw is None:
         return raw
     if not isinstance(raw, str):
         return redact_value(raw, secrets)
@@ -112,16 +143,16 @@ def scrub_answer(raw: Any, secrets: tuple[str, ...] | None = None) -> Any:
         data = json.loads(text)
     except (ValueError, RecursionError):
         return text
-    return json.dumps(redact_value(data, secrets)) if _mentions(data, forms) else text
+    return json.dumps(redact_value(data, secrets)) if _mentions(data, forms, short) else text
 
 
-def _mentions(value: Any, forms: list[str]) -> bool:
-    """Whether a string anywhere in ``value`` (keys included) holds one of ``forms``."""
+def _mentions(value: Any, forms: list[str], short: re.Pattern | None = None) -> bool:
+    """Whether a string anywhere in ``value`` (keys included) holds one of ``forms`` (or a short key)."""
     stack = [value]
     while stack:
         v = stack.pop()
         if isinstance(v, str):
-            if any(form in v for form in forms):
+            if any(form in v for form in forms) or (short is not None and short.search(v)):
                 return True
         elif isinstance(v, dict):
             stack.extend((*v.keys(), *v.values()))

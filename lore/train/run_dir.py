@@ -114,7 +114,10 @@ def _check_creatable_file(key: str, path: str) -> None:
 
 
 def check_same_config(saved: RunConfig, wanted: RunConfig, path: Path) -> None:
-    diff = config_difference(to_dict(saved), to_dict(wanted))
+    """Refuse a run directory whose saved config differs from ``wanted`` (both as saved: keys masked)."""
+    from lore.config.build import shown_config
+
+    diff = config_difference(shown_config(saved), shown_config(wanted))
     if diff:
         raise ConfigError(f"{path} holds a run with a different config ({diff}); "
                           f"use another --run-dir or delete this one")

@@ -11,6 +11,7 @@ is in ``checkpoint.pt``; a SIGTERM/SIGINT (SLURM preemption) writes it and exits
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -505,12 +506,24 @@ class Trainer:
             signal.signal(sig, h)
 
 
+def with_endpoint(cfg: RunConfig) -> RunConfig:
+    """``cfg`` with ``llm.base_url`` set to the endpoint the run will call when the environment names it
+    (``OPENAI_BASE_URL``, ``GOOGLE_GEMINI_BASE_URL``), so that the saved config records it."""
+    from lore.llm.backends import endpoint
+
+    url = endpoint(cfg.llm)
+    if cfg.llm.base_url is not None or url is None:
+        return cfg
+    return dataclasses.replace(cfg, llm=dataclasses.replace(cfg.llm, base_url=url))
+
+
 def train(cfg: RunConfig, run_dir: str | Path, show_progress: bool | None = None) -> dict:
     """Train (or resume, or no-op when complete) one run; returns the summary written to ``done``."""
     from lore.utils.io import DirectoryLocked, exclusive_dir_lock
 
     run_dir = Path(run_dir)
     done = run_dir / DONE
+    cfg = with_endpoint(cfg)
     check_run_state(cfg, run_dir)
     if done.exists():
         return finished_summary(cfg, run_dir)
