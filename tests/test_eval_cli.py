@@ -23,9 +23,9 @@ from lore.utils.io import exclusive_dir_lock
 sys.path.insert(0, str(Path(__file__).parent))
 from test_train import tiny_cfg  # noqa: E402
 
-# 6 evaluation episodes: a barely trained policy reaches the 5x5 goal in about a quarter of them, so
+# 12 evaluation episodes: a barely trained policy reaches the 5x5 goal in about a quarter of them, so
 # the compared rows are not all time-outs (which any policy would reproduce).
-EVAL_EPISODES = 6
+EVAL_EPISODES = 12
 
 
 @pytest.fixture(scope="module")
