@@ -309,3 +309,18 @@ def test_a_run_archived_before_the_cut_changed_is_still_its_entry(tmp_path, monk
     (run / "metrics.csv").write_text("\n".join(lines) + "\n")
     with pytest.raises(ar.ArchiveError, match="already archived with other content"):
         ar.archive_run(run, archive)
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("env", "../../outside", "is not an environment name"), ("key", "full-../../x", "is not a run key"),
+    ("seed", -1, "is not a seed"), ("seed", True, "is not a seed"), ("arm", None, "is not a name")])
+def test_a_hostile_record_is_refused_in_one_line_naming_its_field(tmp_path, monkeypatch, capsys, field, value, words):
+    root = _crafter_project(tmp_path)
+    monkeypatch.chdir(root)
+    path = root / "docs" / "experiments" / "records" / "crafter_cpu_full.json"
+    rec = json.loads(path.read_text())
+    rec["runs"][2][field] = value
+    path.write_text(json.dumps(rec))
+    assert lore_main(["experiments", "recheck", "crafter_cpu_full"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("lore: error:") and f"runs[2].{field}" in err and words in err and "\n" not in err

@@ -10,6 +10,7 @@ only the verdict is re-derived from the record's own table, and the result says 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,6 +18,8 @@ from lore.analysis.archive import ARCHIVE_ROOT, entry_path
 from lore.analysis.experiment_declaration import ExperimentError, load_declaration
 from lore.analysis.experiment_log import UNDECIDED, read_record, record_path
 
+ENV_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+"""An environment id as a folder name of the archive (never a path)."""
 TOLERANCE = 1e-9
 """Largest absolute difference between a recorded and a recomputed number that counts as identical."""
 ROW_KEYS = ("env", "arm", "vs", "metric")
@@ -91,10 +94,10 @@ def _verdict_differences(rec: dict, decided: dict) -> list[str]:
 def _listed_runs(rec: dict, decl, root: Path, archive: Path) -> list[tuple[object, Path]] | None:
     """(run, entry) of every run the record lists, or of today's plan when it lists none; None when a run
     has no entry in the archive (the record can then only be re-checked from its own table)."""
-    from lore.analysis.experiment_plan import PlannedRun, plan
+    from lore.analysis.experiment_plan import plan
 
     if rec.get("runs"):
-        runs = [PlannedRun(r["env"], r["arm"], int(r["seed"]), r["ablation"], (), r["key"]) for r in rec["runs"]]
+        runs = [_listed_run(rec, i, r, root) for i, r in enumerate(rec["runs"])]
     else:
         runs = plan(decl, root)
     pairs = [(run, entry_path(archive, run.env, run.key, run.seed)) for run in runs]
@@ -105,6 +108,28 @@ def _listed_runs(rec: dict, decl, root: Path, archive: Path) -> list[tuple[objec
                                   "does not hold")
         return None
     return pairs
+
+
+def _listed_run(rec: dict, index: int, item: object, root: Path):
+    """Run ``index`` of a record's ``runs`` as a planned run; ExperimentError naming the record and the field
+    when it is not one (a key that is no run key, an env that is a path, a seed that is no whole number)."""
+    from lore.analysis.archive import KEY_PATTERN
+    from lore.analysis.experiment_plan import PlannedRun
+
+    where = f"{record_path(rec['name'], root)}: runs[{index}]"
+    if not isinstance(item, dict):
+        raise ExperimentError(f"{where}: not an object")
+    env, key, seed = item.get("env"), item.get("key"), item.get("seed")
+    if not (isinstance(env, str) and ENV_NAME.fullmatch(env)):
+        raise ExperimentError(f"{where}.env: {env!r} is not an environment name")
+    if not (isinstance(key, str) and KEY_PATTERN.fullmatch(key)):
+        raise ExperimentError(f"{where}.key: {key!r} is not a run key (<ablation>-<10 hex digits>)")
+    if not (isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < 2**31):
+        raise ExperimentError(f"{where}.seed: {seed!r} is not a seed (a whole number in 0..2**31-1)")
+    for field_name in ("arm", "ablation"):
+        if not isinstance(item.get(field_name), str):
+            raise ExperimentError(f"{where}.{field_name}: {item.get(field_name)!r} is not a name")
+    return PlannedRun(env, item["arm"], seed, item["ablation"], (), key)
 
 
 def recheck(name: str, root: Path = Path("."), archive: Path | None = None) -> Recheck:
