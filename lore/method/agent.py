@@ -225,7 +225,7 @@ class LoReAgent:
         for i, episode_return in ended:
             records[i] = self.prior.episode_record(i) if self.prior.cfg.enabled else {}
             if env_step > self.cfg.train.prefill:  # prefill episodes act at random
-                self.prior.observe_episode(i, episode_return)
+                self.prior.observe_episode(i, episode_return, is_failure(terminated[i], reward[i]))
         self.advisor.on_env_step(env_step, actions, reward, done)
         return records
 

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 import torch
 
 from lore.config import PriorConfig
+from lore.prior.allocation import EpisodeBandit
 from lore.prior.gate import UNCERTAINTY_KEYS, EMANormalizer, beta_dropout_keep, uncertainty_parts
 from lore.prior.kl_control import (
     absorption_loss,
@@ -88,6 +89,8 @@ class PriorLayer:
         """Dual variable of the KL Lagrangian (``kl_mode == "lagrangian"``); starts at 0."""
         self.normalisers = [EMANormalizer(_EMA_DECAY) for _ in UNCERTAINTY_KEYS]
         self.trust = AdviceTrust(cfg.trust_decay, cfg.trust_gain, cfg.trust_dead_zone, cfg.trust_value_weight)
+        self.bandit = EpisodeBandit()
+        """``allocation: thompson``: which episodes the advice steers (lore.prior.allocation)."""
         self.control = torch.zeros(self.num_envs, dtype=torch.bool)
         """Per env: is the current episode a control episode (prior off throughout)?"""
         self.last_u: torch.Tensor | None = None
@@ -184,6 +187,8 @@ class PriorLayer:
         Uninformed advice (trust 0.5) acts at full strength, so good advice can lead the agent to the reward that
         produces the evidence; advice with evidence of harm fades out.
         """
+        if self.thompson:  # the bandit decides whole episodes; an advised one acts at full strength
+            return torch.ones(batch, device=device)
         return act_scale(self._trust_per_row(source, batch, device))
 
     def absorb_weight(self, source: torch.Tensor | None, rows: int, device: torch.device) -> torch.Tensor:
@@ -194,6 +199,8 @@ class PriorLayer:
         evidence is distilled into the policy. Distilling uninformed advice is a bet with zero expected
         value, and it is the one that is not undone when the evidence turns.
         """
+        if self.thompson:  # distil the advice as far as the bandit believes it beats the agent's own episodes
+            return torch.full((rows,), max(2.0 * self.bandit.p_advice_better() - 1.0, 0.0), device=device)
         return (2.0 * self._trust_per_row(source, rows, device) - 1.0).clamp(0.0, 1.0)
 
     def _trust_per_row(self, source: torch.Tensor | None, rows: int, device: torch.device) -> torch.Tensor:
@@ -267,13 +274,23 @@ class PriorLayer:
         :meth:`observe_episode`): ``control`` (1: ran without the prior)."""
         return {"control": float(bool(self.control[env_index]))}
 
-    def observe_episode(self, env_index: int, episode_return: float) -> None:
-        """An episode of env ``env_index`` ended: its return is evidence for the trust (advised vs control).
+    def observe_episode(self, env_index: int, episode_return: float, failed: bool = False) -> None:
+        """An episode of env ``env_index`` ended (``failed``: :func:`lore.prior.trust.is_failure`): its return is
+        evidence for the trust (advised vs control) and, with ``allocation: thompson``, for the bandit.
 
         Called before the env's next act step, so ``control`` still describes the episode that ended.
         """
-        if self.cfg.enabled and self.cfg.trust and self.cfg.control_episodes > 0:
+        if not self.cfg.enabled:
+            return
+        if self.thompson:
+            self.bandit.observe(float(episode_return), bool(failed), advised=not bool(self.control[env_index]))
+        if self.cfg.trust and (self.cfg.control_episodes > 0 or self.thompson):
             self.trust.episodes.observe(float(episode_return), bool(self.control[env_index]))
+
+    @property
+    def thompson(self) -> bool:
+        """Whether a bandit decides which episodes the advice steers (``allocation: thompson``)."""
+        return self.cfg.allocation == "thompson"
 
     def observe_steps(self, changed: torch.Tensor, source: torch.Tensor, failed: torch.Tensor) -> None:
         """One env step of every env: whether the advice changed the action, its source code and whether the
@@ -286,14 +303,17 @@ class PriorLayer:
 
         Called by :meth:`act`, or before it when the LLM is consulted before acting (the controller must know
         whether the new episode uses advice before it asks)."""
-        if is_first is None or not self.cfg.enabled or self.cfg.control_episodes <= 0:
+        if is_first is None or not self.cfg.enabled or (self.cfg.control_episodes <= 0 and not self.thompson):
             return
         starts = torch.as_tensor(is_first).reshape(-1).bool().cpu()
         if not bool(starts.any()):
             return
         generator = self.generator if generator is None else generator
-        draw = (torch.rand(self.num_envs, generator=generator, device=generator.device)
-                < self.cfg.control_episodes).cpu()
+        if self.thompson:
+            draw = ~self.bandit.draw_advised(self.num_envs, generator)
+        else:
+            draw = (torch.rand(self.num_envs, generator=generator, device=generator.device)
+                    < self.cfg.control_episodes).cpu()
         self.control = torch.where(starts, draw, self.control)
 
     def _record_act(self, logits_wm, logits_mix, beta, beta_unbounded, mask, prior, signals, u_comb, parts) -> None:
@@ -482,6 +502,7 @@ class PriorLayer:
             "beta_max_now": self.beta_max,
             "kl_bound_active_frac": ratio(acc["kl_clipped"], acc["n_applied"]),
             **self.trust.metrics(),
+            **(self.bandit.metrics() if self.thompson else {}),
         }
         for key in _SEPARATION_KEYS:
             out[key] = ratio(acc[key], acc["n_" + key.rsplit("_", 1)[1]])
@@ -496,6 +517,7 @@ class PriorLayer:
             "normalisers": [n.state_dict() for n in self.normalisers],
             "control": self.control.tolist(),
             "trust": self.trust.state_dict(),
+            "bandit": self.bandit.state_dict(),
             "act_calls": self.act_calls,
             "last_env_step": self.last_env_step,
             "acc": dict(self._acc),
@@ -515,6 +537,7 @@ class PriorLayer:
                              f"this layer has num_envs={self.num_envs}")
         self.control = control
         self.trust.load_state_dict(state["trust"])
+        self.bandit.load_state_dict(state["bandit"])
         for normaliser, saved in zip(self.normalisers, state["normalisers"], strict=True):
             normaliser.load_state_dict(saved)
         self.act_calls = int(state["act_calls"])
