@@ -225,8 +225,8 @@ class PriorConfig:
     """Mix the LLM prior into the acting policy; off, beta = 0 at every step (the ablations set it)."""
     beta_max: float = ranged(1.0, Limit(0.0, 1e3))
     """Largest mixing weight beta, in [0, 1000]: 1 lets a confident prior dominate a uniform policy; lower it for weak advisors."""
-    gate: Literal["fixed", "uncertainty"] = "uncertainty"
-    """``fixed``: beta = beta_max; ``uncertainty``: beta = beta_max * min(1, u(s) / gate_full_at), advice only where the policy is unsure."""
+    gate: Literal["fixed", "uncertainty", "calibrated"] = "uncertainty"
+    """``fixed``: beta = beta_max; ``uncertainty``: beta = beta_max * min(1, u(s) / gate_full_at), advice only where the policy is unsure; ``calibrated``: beta = beta_max * Phi(z) of the entropy against its running distribution, closing where the policy is surer than usual."""
     gate_full_at: float = ranged(0.5, Limit(0.0, 1.0, lo_open=True))
     """Policy uncertainty u in (0, 1] (entropy / log A) at and above which the uncertainty gate is fully open; lower opens it more."""
     trust: bool = False

@@ -2,7 +2,8 @@
 
 ``beta(s) = beta_max * min(1, u(s) / gate_full_at)`` with ``u = H(pi_wm) / log A`` in ``[0, 1]``, the
 policy's entropy as a fraction of its maximum (1 = uniform policy): advice gets a say where the agent is
-unsure what to do. ``trust`` (see :mod:`lore.prior.trust`) then scales beta per advice source.
+unsure what to do. The ``calibrated`` gate reads the entropy against its own running distribution instead
+(:func:`calibrated_openness`), so that it closes where the agent is surer than usual. ``trust`` (see :mod:`lore.prior.trust`) then scales beta per advice source.
 
 Two more spreads are logged beside ``u`` as diagnostics, each as ``x / (x + mean(x))`` against its own
 running mean (0.5 at a typical state): the critic heads' value variance and the world-model ensemble's
@@ -46,6 +47,17 @@ def uncertainty_parts(signals: list[torch.Tensor], num_actions: int, means: list
     return [entropy_fraction(torch.nan_to_num(signals[0].float()), num_actions),
             ratio_to_mean(torch.nan_to_num(signals[1].float()), means[1]),
             ratio_to_mean(torch.nan_to_num(signals[2].float()), means[2])]
+
+
+def calibrated_openness(signal: torch.Tensor, mean: float, var: float, floor: float) -> torch.Tensor:
+    """Where a state's uncertainty ``signal [B]`` sits in its own running distribution: ``Phi((x - mean) / sd)``
+    in ``[0, 1]``, 1/2 at a typical state, towards 0 where the agent is surer than usual and towards 1 where it
+    is less sure; ``sd = sqrt(var) + floor`` (``floor`` > 0 keeps a constant signal from dividing by 0).
+
+    The calibrated gate's anchor: a state's uncertainty matters relative to the agent's usual uncertainty (the
+    policy entropy of a learning agent stays near its maximum, so an absolute threshold never closes)."""
+    z = (torch.nan_to_num(signal.double(), nan=mean) - mean) / (math.sqrt(max(var, 0.0)) + floor)
+    return (0.5 * (1.0 + torch.erf(z / math.sqrt(2.0)))).to(signal.dtype)
 
 
 class EMANormalizer:

@@ -9,6 +9,7 @@ At act time (per env)::
 
     beta = beta_max * min(1, u(s) / gate_full_at)    # gate == "uncertainty", u = entropy / log A in [0, 1]
     beta = beta_max                                  # gate == "fixed"
+    beta = beta_max * Phi((H(s) - mean H) / sd H)    # gate == "calibrated": against H's running distribution
     beta = beta * min(1, 2 trust(source))            # prior.trust: value z + episode t + failed advised steps
     beta = 0 where mask == 0, where beta-dropout fired, in a control episode, or when the prior is disabled
     beta = largest beta' <= beta with KL(pi_mix || pi_wm) <= kl_bound   # kl_mode == "lagrangian"
@@ -31,7 +32,13 @@ import torch
 
 from lore.config import PriorConfig
 from lore.prior.allocation import EpisodeBandit
-from lore.prior.gate import UNCERTAINTY_KEYS, EMANormalizer, beta_dropout_keep, uncertainty_parts
+from lore.prior.gate import (
+    UNCERTAINTY_KEYS,
+    EMANormalizer,
+    beta_dropout_keep,
+    calibrated_openness,
+    uncertainty_parts,
+)
 from lore.prior.kl_control import (
     absorption_loss,
     categorical_kl,
@@ -43,6 +50,8 @@ from lore.prior.mixing import categorical_entropy, mix_logits
 from lore.prior.trust import AdviceTrust, act_scale, advice_value_z, replicated_best_action
 
 _STATE_VERSION = 3
+CALIBRATED_FLOOR = 1e-3
+"""The calibrated gate's floor on the entropy's running standard deviation, as a fraction of log A."""
 METHOD_SEED_OFFSET = 0x4C6F5265
 """Added to the run seed for the method's own generator (:meth:`PriorLayer.seed_draws`)."""
 
@@ -75,8 +84,8 @@ class PriorLayer:
             raise ValueError(f"num_actions must be >= 1, got {num_actions}")
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-        if cfg.gate not in ("fixed", "uncertainty"):
-            raise ValueError(f"prior.gate must be fixed|uncertainty, got {cfg.gate!r}")
+        if cfg.gate not in ("fixed", "uncertainty", "calibrated"):
+            raise ValueError(f"prior.gate must be fixed|uncertainty|calibrated, got {cfg.gate!r}")
         if cfg.kl_mode not in ("none", "lagrangian"):
             raise ValueError(f"prior.kl_mode must be none|lagrangian, got {cfg.kl_mode!r}")
         if not cfg.temperature > 0:
@@ -133,7 +142,7 @@ class PriorLayer:
         for key in UNCERTAINTY_KEYS:
             value = u.get(key)
             if value is None:
-                if key == "entropy" and self.cfg.gate == "uncertainty" and self.cfg.enabled:
+                if key == "entropy" and self.cfg.gate != "fixed" and self.cfg.enabled:
                     raise ValueError("PriorLayer.act: uncertainty signal u['entropy'] is missing (the gate reads it)")
                 value = torch.full((batch,), math.nan, device=device)
             value = torch.as_tensor(value, device=device).detach().float()
@@ -243,6 +252,10 @@ class PriorLayer:
             else:
                 if self.cfg.gate == "fixed":
                     beta = torch.full((batch,), beta_max_now, device=device)
+                elif self.cfg.gate == "calibrated":
+                    entropy = self.normalisers[0]
+                    beta = beta_max_now * calibrated_openness(signals[0], entropy.mean, entropy.var,
+                                                              CALIBRATED_FLOOR * math.log(self.num_actions)).to(device)
                 else:
                     if u_comb is None:
                         raise ValueError("PriorLayer.act: gate 'uncertainty' needs u = {'entropy', "
