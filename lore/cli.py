@@ -21,25 +21,11 @@ import sys
 
 import yaml
 
+from lore.utils.command_line import OneLineParser, bounded_int, fail, one_line  # noqa: F401 (used by callers)
+
 ANALYSIS_COMMANDS = ("aggregate", "figures", "paper-macros")
-MAX_ERROR_CHARS = 4000
 MAX_SAMPLE = 100_000
 """Most archived runs ``lore reproduce`` re-runs at once."""
-
-
-def one_line(message: object) -> str:
-    """``message`` as one printable line: line breaks become spaces, other control characters escapes."""
-    text = " ".join(part for part in str(message).splitlines() if part.strip())  # \n, \r, \u2028 ...
-    text = "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
-    return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS] + " ..."
-
-
-def fail(message: object, status: int = 2) -> int:
-    """Print ``message`` as the one ``lore: error:`` line (keys and URL secrets masked); returns ``status``."""
-    from lore.llm.secrets import redact_text
-
-    print(f"lore: error: {one_line(redact_text(str(message)))}", file=sys.stderr)
-    return status
 
 
 class RedactingFilter(logging.Filter):
@@ -62,35 +48,6 @@ def log_to_stderr() -> None:
     handler.setLevel(logging.WARNING)
     handler.addFilter(RedactingFilter())
     root.addHandler(handler)
-
-
-def bounded_int(lo: int, hi: int):
-    """An argparse ``type``: an integer in ``[lo, hi]`` (written as digits, or as a whole number like ``1e3``),
-    checked before anything uses it."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            try:
-                number = float(text)
-            except ValueError:
-                raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-            if not number.is_integer():
-                raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-            value = int(number)
-        if not lo <= value <= hi:
-            raise argparse.ArgumentTypeError(f"{text} is out of range: expected {lo}..{hi}")
-        return value
-
-    return parse
-
-
-class _Parser(argparse.ArgumentParser):
-    """Usage errors as the one-line ``lore: error: ...`` every other bad input gets (exit status 2)."""
-
-    def error(self, message: str):
-        sys.exit(fail(f"{self.prog}: {message} (see `{self.prog} --help`)"))
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
@@ -116,7 +73,7 @@ def _config_from_args(args):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="lore", description="LoRe: DreamerV3 with a gated LLM action prior")
+    parser = OneLineParser(prog="lore", description="LoRe: DreamerV3 with a gated LLM action prior")
     sub = parser.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="train, resume, or no-op when the run is complete")
     _add_config_args(t)

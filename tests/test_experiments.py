@@ -17,6 +17,7 @@ from workflow_helpers import REPO, job_counts, run_snakemake
 
 from lore.analysis.archive import run_key
 from lore.analysis.experiment_compare import (
+    LEGACY_STATISTICS,
     compare_experiment,
     compare_pair,
     comparison_table,
@@ -178,7 +179,8 @@ def _rounded(result: dict) -> tuple:
 ])
 def test_the_comparison_reproduces_a_committed_minigrid_comparison(env, arm, metric, expected):
     x, y = pd.read_csv(DATA / "minigrid_experiment_runs.csv"), pd.read_csv(DATA / "minigrid_baseline_runs.csv")
-    result = compare_pair(_seed_values(x, env, arm, metric), _seed_values(y, env, arm, metric))
+    result = compare_pair(_seed_values(x, env, arm, metric), _seed_values(y, env, arm, metric),
+                          statistics=LEGACY_STATISTICS)  # as it was computed then
     assert _rounded(result) == pytest.approx(expected)
     assert result["n_arm"] == result["n_vs"] == 5
 
@@ -200,7 +202,8 @@ def test_the_comparison_reproduces_a_committed_crafter_comparison(arm, metric, e
         return {int(seed): distinct_at_last_eval(group.reset_index(drop=True))
                 for seed, group in points.groupby("seed")}
 
-    result = compare_pair(values("crafter_experiment", arm), values("crafter_baseline", "rl_only"))
+    result = compare_pair(values("crafter_experiment", arm), values("crafter_baseline", "rl_only"),
+                          statistics=LEGACY_STATISTICS)  # as it was computed then
     assert _rounded(result) == pytest.approx(expected)
     assert round(result["p_improvement"], 2) == pytest.approx(p_improvement)
 

@@ -34,9 +34,9 @@ MAX_CORES = 65_536
 
 
 def main(argv: list[str] | None = None) -> int:
-    from lore.cli import _Parser, bounded_int
+    from lore.utils.command_line import OneLineParser, bounded_int
 
-    p = _Parser(prog="lore experiments", description=__doc__.split("\n")[0])
+    p = OneLineParser(prog="lore experiments", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser("check", help="validate declarations (default: all)")
     c.add_argument("names", nargs="*")
