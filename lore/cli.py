@@ -21,7 +21,7 @@ import sys
 
 import yaml
 
-from lore.utils.command_line import OneLineParser, bounded_int, fail, one_line  # noqa: F401 (used by callers)
+from lore.utils.command_line import OneLineParser, bounded_int, fail, one_line
 
 ANALYSIS_COMMANDS = ("aggregate", "figures", "paper-macros")
 MAX_SAMPLE = 100_000
