@@ -181,6 +181,9 @@ class DreamerAgent:
         self.env_step = 0
         """The env step a user of the agent last acted at (recorded in checkpoints; the agent does not read it)."""
         self._scales_checked = False
+        # imagined states and detached posteriors are one-hot samples by construction: in float32 the checked view
+        # always finds them so, and the unchecked one gives the same columns without its reductions and host reads
+        self._one_hot_view = self.wm.one_hot if self.autocast_dtype is not None else self.wm.sampled_one_hot
 
     def _loss_scales(self) -> dict[str, float]:
         """LOSS_SCALES with the extensions' entries; every expected loss must have one."""
@@ -409,7 +412,7 @@ class DreamerAgent:
                  "stoch": post["stoch"].reshape(n, *post["stoch"].shape[2:]).detach()}
         traj, logits = self._imagine(start, noise)
         dense_feat, actions = traj["feat"], traj["action"]  # [H+1, N, F], [H, N, A]
-        feat = self.wm.one_hot(dense_feat)  # imagined stoch is one-hot: first layers add the selected rows
+        feat = self._one_hot_view(dense_feat)  # imagined stoch is one-hot: first layers add the selected rows
         with torch.no_grad():
             rewards = self.wm.reward(feat[1:])  # [H, N]
             continues = (self.wm.continue_head(feat[1:]).squeeze(-1) > 0).float()  # mode, as DreamerV3
@@ -443,7 +446,7 @@ class DreamerAgent:
 
     def _imagine(self, start: dict[str, Tensor], noise: dict[str, Tensor]) -> tuple[dict[str, Tensor], Tensor]:
         """Roll the actor out for ``dreamer.horizon`` steps from ``start`` -> (trajectory, actor logits [H, N, A])."""
-        view = self.wm.one_hot
+        view = self._one_hot_view
         actor_logits: list[Tensor] = []
 
         def policy(feat: Tensor, step: int) -> Tensor:

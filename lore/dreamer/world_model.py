@@ -76,8 +76,13 @@ class WorldModel(nn.Module):
         """Latent features [..., F] as deter + hot stoch columns when the stoch part is an exact one-hot
         sample without gradient (imagined or detached posterior states); else unchanged."""
         if torch.compiler.is_compiling():  # in a compiled graph the features are known to be such samples
-            return sampled_one_hot_features(feat.detach(), self.rssm.deter_dim, self.rssm.classes)
+            return self.sampled_one_hot(feat)
         return one_hot_features(feat, self.rssm.deter_dim, self.rssm.classes)
+
+    def sampled_one_hot(self, feat: Tensor) -> OneHotFeatures:
+        """Latent features [..., F] whose stoch part is one-hot samples (imagined states, detached posteriors) as
+        deter + hot stoch columns, read by argmax without the checks of :meth:`one_hot` (no host read)."""
+        return sampled_one_hot_features(feat.detach(), self.rssm.deter_dim, self.rssm.classes)
 
     def reward(self, feat: Tensor) -> Tensor:
         return twohot_decode(self.reward_head(feat), self.bins)
