@@ -43,6 +43,7 @@ from lore.dreamer.math import (
     ema_percentiles,
     gumbel_noise,
     lambda_returns,
+    one_hot_float,
     return_scale,
     twohot_decode,
 )
@@ -452,7 +453,7 @@ class DreamerAgent:
         def policy(feat: Tensor, step: int) -> Tensor:
             logits = self.actor(view(feat))
             actor_logits.append(logits)
-            return F.one_hot((logits.detach() + noise["actor"][step]).argmax(-1), self.num_actions).float()
+            return one_hot_float((logits.detach() + noise["actor"][step]).argmax(-1), self.num_actions)
 
         traj = self.wm.rssm.imagine(start, policy, self.cfg.dreamer.horizon, noise=noise["stoch"])
         return traj, torch.stack(actor_logits)
