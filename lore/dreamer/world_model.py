@@ -61,9 +61,10 @@ class WorldModel(nn.Module):
         return self.rssm.feat_dim
 
     def embed(self, obs: dict[str, Tensor], features: Tensor | None = None,
-              features_mask: Tensor | None = None) -> Tensor:
-        """obs [..., *shape] (+ LLM features [..., F], mask [...]) -> posterior input [..., E]."""
-        embed = self.encoder(obs)
+              features_mask: Tensor | None = None, vector: Tensor | None = None) -> Tensor:
+        """obs [..., *shape] (+ LLM features [..., F], mask [...]) -> posterior input [..., E]; ``vector``: the
+        encoder's :meth:`~lore.dreamer.networks.ObsEncoder.vector_input` of ``obs`` when already computed."""
+        embed = self.encoder(obs, vector)
         if self.feature_encoder is not None:
             if features is None or features_mask is None:
                 lead = embed.shape[:-1]
@@ -106,12 +107,13 @@ class WorldModel(nn.Module):
         prev_actions = torch.cat([torch.zeros_like(action[:, :1]), action[:, :-1]], 1)
         reset = is_first.clone()
         reset[:, 0] = True
-        embed = self.embed(data["obs"], data.get("features"), data.get("features_mask"))
+        vector = self.encoder.vector_input(data["obs"])  # the encoder's input is the decoder's target
+        embed = self.embed(data["obs"], data.get("features"), data.get("features_mask"), vector)
         post = self.rssm.observe(embed, prev_actions, reset, generator=generator, noise=noise)
         feat = torch.cat([post["deter"], post["stoch"].flatten(-2)], -1)  # [B, T, F]
 
         losses: dict[str, Tensor] = {}
-        losses["decoder"] = self.decoder.loss(feat, data["obs"]).mean()
+        losses["decoder"] = self.decoder.loss(feat, data["obs"], vector).mean()
         losses["reward"] = twohot_loss(self.reward_head(feat), data["reward"].float(), self.bins).mean()
         cont_target = 1.0 - data["is_terminal"].float()  # truncation is not termination
         losses["continue"] = F.binary_cross_entropy_with_logits(self.continue_head(feat).squeeze(-1), cont_target)
