@@ -9,7 +9,12 @@ preset, batch 16x16, train ratio 64, one thread) in a fresh process that imports
 of its updates (the same clock around each ``train_step``). The runs take turns (base then new, per ablation and
 repeat), so that a load change on a shared machine hits both versions alike; the table gives the median over
 ``--repeats`` of each and the ratios new / base, and full / rl_only within each tree. Both trees train the same
-seed, so where the maths agree the two runs do the same work. It is a benchmark, not a test: CI never runs it.
+seed, so where the maths agree the two runs do the same work.
+
+``--rounds R`` measures updates only: one worker per tree trains ``--steps`` env steps, samples 8 replay batches
+(the same in both trees where the maths agree) and then times ``--updates`` updates per round, the trees taking
+turns for R rounds; the table gives the median round's CPU ms per update. It is a benchmark, not a test: CI never
+runs it.
 """
 
 from __future__ import annotations
@@ -62,6 +67,51 @@ def run_worker(ablation: str, env: str, steps: int, seed: int, extra: list[str])
                       "eval_csv": evals}))
 
 
+def update_worker(ablation: str, env: str, steps: int, seed: int, extra: list[str], updates: int) -> None:
+    """Serve rounds over stdin/stdout: each input line times ``updates`` updates and prints their CPU ms each."""
+    import torch
+
+    sys.path.insert(0, str(HERE))
+    from profile_families import warm_agent
+
+    agent, batches = warm_agent(ablation, env, steps, seed, 8, extra)
+    torch.set_num_threads(1)
+    for i in range(3):
+        agent.train_step(batches[i])
+    print(json.dumps({"ready": True}), flush=True)
+    done = 0
+    for _ in sys.stdin:
+        start = time.process_time()
+        for _ in range(updates):
+            agent.train_step(batches[done % len(batches)])
+            done += 1
+        print(json.dumps({"ms": 1000.0 * (time.process_time() - start) / updates}), flush=True)
+
+
+def update_rounds(trees: dict[str, str], ablation: str, args) -> dict[str, list[float]]:
+    """CPU ms per update of each tree's ``ablation``, one entry per round, the trees taking turns."""
+    procs = {}
+    for name, tree in trees.items():
+        env = {**os.environ, "PYTHONPATH": str(Path(tree).resolve()), "OMP_NUM_THREADS": "1"}
+        cmd = [sys.executable, __file__, tree, tree, "--worker", ablation, "--env", args.env, "--steps",
+               str(args.steps), "--seed", str(args.seed), "--rounds", str(args.rounds), "--updates",
+               str(args.updates), *[x for s in args.extra for x in ("--set", s)]]
+        procs[name] = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                       stderr=subprocess.DEVNULL, text=True)
+    for proc in procs.values():
+        json.loads(proc.stdout.readline())
+    times: dict[str, list[float]] = {name: [] for name in procs}
+    for _ in range(args.rounds):
+        for name, proc in procs.items():
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            times[name].append(json.loads(proc.stdout.readline())["ms"])
+    for proc in procs.values():
+        proc.stdin.close()
+        proc.wait()
+    return times
+
+
 def one_run(tree: str, ablation: str, args) -> dict:
     env = {**os.environ, "PYTHONPATH": str(Path(tree).resolve()), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, __file__, tree, tree, "--worker", ablation, "--env", args.env, "--steps", str(args.steps),
@@ -85,12 +135,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--set", dest="extra", action="append", default=[], help="extra config override")
+    parser.add_argument("--rounds", type=int, default=0, help="time updates only, in this many rounds")
+    parser.add_argument("--updates", type=int, default=10, help="updates per round (with --rounds)")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.worker and args.rounds:
+        update_worker(args.worker, args.env, args.steps, args.seed, args.extra, args.updates)
+        return 0
     if args.worker:
         run_worker(args.worker, args.env, args.steps, args.seed, args.extra)
         return 0
     trees = {"base": args.base, "new": args.new}
+    if args.rounds:
+        print(f"{args.env}, benchmark config after {args.steps} env steps, {args.rounds} rounds of {args.updates} "
+              f"updates, load {os.getloadavg()[0]:.1f}; CPU ms per update (median round)\n")
+        print("| ablation | base | new | new/base | base rounds | new rounds |\n|---|---:|---:|---:|---|---|")
+        for ablation in args.ablations:
+            t = update_rounds(trees, ablation, args)
+            b, n = statistics.median(t["base"]), statistics.median(t["new"])
+            print(f"| {ablation} | {b:.1f} | {n:.1f} | {n / b:.3f} | {' '.join(f'{x:.0f}' for x in t['base'])} | "
+                  f"{' '.join(f'{x:.0f}' for x in t['new'])} |", flush=True)
+        return 0
     results: dict[tuple[str, str], list[dict]] = {}
     load = os.getloadavg()[0]
     for _ in range(args.repeats):
