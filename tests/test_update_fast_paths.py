@@ -161,3 +161,40 @@ def test_advice_q_values_share_the_deterministic_step_and_draw_what_separate_ste
                 agent.critic.values(feat)
             draws.append(value.reshape(-1, m, A))
     assert torch.equal(q, torch.cat(draws, 0).permute(1, 0, 2))
+
+
+def test_the_eager_update_steps_like_the_default_single_tensor_adam_and_clip_bit_for_bit(monkeypatch):
+    fast, plain = make_agent(), make_agent()
+    plain.load_state_dict(fast.state_dict())
+    d = plain.cfg.dreamer
+    plain.wm_opt = torch.optim.Adam(plain.wm.parameters(), lr=d.wm_lr, eps=d.wm_eps, foreach=False)
+    plain.actor_opt = torch.optim.Adam(plain.actor.parameters(), lr=d.ac_lr, eps=d.ac_eps, foreach=False)
+    plain.critic_opt = torch.optim.Adam(plain.critic.parameters(), lr=d.ac_lr, eps=d.ac_eps, foreach=False)
+    assert all(g["foreach"] for opt in (fast.wm_opt, fast.actor_opt, fast.critic_opt) for g in opt.param_groups)
+    clip = torch.nn.utils.clip_grad_norm_
+    for agent, foreach in ((fast, None), (plain, False)):
+        if foreach is False:  # the plain agent clips and moves its slow critic one tensor at a time
+            monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_",
+                                lambda params, max_norm, foreach=None: clip(params, max_norm, foreach=False))
+
+            def ema(slow, fast_net, fraction):
+                with torch.no_grad():
+                    for p_slow, p_fast in zip(slow.parameters(), fast_net.parameters(), strict=True):
+                        p_slow.lerp_(p_fast, fraction)
+
+            monkeypatch.setattr("lore.dreamer.agent.ema_update_", ema)
+        for seed in range(3):
+            agent.train_step(make_batch(seed=seed))
+    for a, b in zip([*fast.parameters(), *fast.slow_critic.parameters()],
+                    [*plain.parameters(), *plain.slow_critic.parameters()], strict=True):
+        assert torch.equal(a, b)
+
+
+def test_a_checkpoint_saved_with_the_default_step_options_loads_with_the_multi_tensor_step():
+    agent = make_agent()
+    state = agent.state_dict()
+    for key in ("wm_opt", "actor_opt", "critic_opt"):
+        for group in state[key]["param_groups"]:
+            group["foreach"] = None
+    agent.load_state_dict(state)
+    assert all(g["foreach"] for opt in (agent.wm_opt, agent.actor_opt, agent.critic_opt) for g in opt.param_groups)

@@ -163,8 +163,10 @@ class DreamerAgent:
         self.loss_scales = self._loss_scales()
 
         # the compiled update steps with fused Adam (one kernel for all parameters; the same maths up to
-        # rounding); eager keeps torch's default, so that its runs stay bit-identical to the recorded ones
-        adam = {"fused": True} if cfg.train.compile == "update" else {}
+        # rounding); eager steps with the multi-tensor form, which runs the single-tensor form's kernels per
+        # parameter (bit-identical to torch's default loop, so recorded runs stay reproducible) with less Python
+        adam = {"fused": True, "foreach": None} if cfg.train.compile == "update" else {"foreach": True, "fused": None}
+        self._adam_options = adam
         self.wm_opt = torch.optim.Adam(self.wm.parameters(), lr=d.wm_lr, eps=d.wm_eps, **adam)
         self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=d.ac_lr, eps=d.ac_eps, **adam)
         self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=d.ac_lr, eps=d.ac_eps, **adam)
@@ -345,7 +347,7 @@ class DreamerAgent:
                 self.nonfinite_skips += 1
                 norms.append(math.nan)
                 continue
-            norm = torch.nn.utils.clip_grad_norm_(params, clip)
+            norm = torch.nn.utils.clip_grad_norm_(params, clip, foreach=True)
             if not bool(torch.isfinite(norm)):
                 opt.zero_grad(set_to_none=True)
                 self.nonfinite_skips += 1
@@ -626,6 +628,9 @@ class DreamerAgent:
         self.wm_opt.load_state_dict(state["wm_opt"])
         self.actor_opt.load_state_dict(state["actor_opt"])
         self.critic_opt.load_state_dict(state["critic_opt"])
+        for opt in (self.wm_opt, self.actor_opt, self.critic_opt):  # a checkpoint saved with other step options
+            for group in opt.param_groups:
+                group.update(self._adam_options)
         self.retnorm.load_state_dict(state["retnorm"])
         self.generator.set_state(state["generator"].cpu())
         self.nonfinite_skips = int(state.get("nonfinite_skips", 0))
