@@ -8,7 +8,8 @@ preset, batch 16x16, train ratio 64, one thread) in a fresh process that imports
 (``PYTHONPATH=<tree>``), and reports the CPU seconds of the run (``time.process_time`` around ``Trainer.run``) and
 of its updates (the same clock around each ``train_step``). The runs take turns (base then new, per ablation and
 repeat), so that a load change on a shared machine hits both versions alike; the table gives the median over
-``--repeats`` of each and the ratios new / base, and full / rl_only within each tree. Both trees train the same
+``--repeats`` of each and the ratios new / base, full / rl_only within each tree, and whether the two trees' runs
+wrote the same ``eval.csv`` and ``metrics.csv`` (without its timing columns). Both trees train the same
 seed, so where the maths agree the two runs do the same work.
 
 ``--rounds R`` measures updates only: one worker per tree trains ``--steps`` env steps, samples 8 replay batches
@@ -62,9 +63,24 @@ def run_worker(ablation: str, env: str, steps: int, seed: int, extra: list[str])
         trainer.run()
         run_s = time.process_time() - start
         evals = (Path(run_dir) / "eval.csv").read_text()
+        metrics = untimed_csv(Path(run_dir) / "metrics.csv")
     print(json.dumps({"tree": str(Path(lore.__file__).resolve().parent.parent), "run_s": run_s,
                       "update_ms": 1000.0 * spent[0] / max(trainer.updates, 1), "updates": trainer.updates,
-                      "eval_csv": evals}))
+                      "eval_csv": evals, "metrics_csv": metrics}))
+
+
+TIMING_COLUMNS = ("steps_per_s", "update_ms", "update_time_frac")
+"""The columns of ``metrics.csv`` that record time, not what the run learned."""
+
+
+def untimed_csv(path: Path) -> str:
+    """The text of a CSV file without its :data:`TIMING_COLUMNS`."""
+    import csv
+    import io
+
+    rows = list(csv.reader(io.StringIO(path.read_text())))
+    keep = [i for i, name in enumerate(rows[0]) if name not in TIMING_COLUMNS] if rows else []
+    return "\n".join(",".join(row[i] for i in keep) for row in rows)
 
 
 def update_worker(ablation: str, env: str, steps: int, seed: int, extra: list[str], updates: int) -> None:
@@ -168,12 +184,13 @@ def main(argv: list[str] | None = None) -> int:
     med = {k: {m: statistics.median(r[m] for r in v) for m in ("run_s", "update_ms")} for k, v in results.items()}
     print(f"\n{args.env}, benchmark config, {args.steps} env steps, seed {args.seed}, {args.repeats} repeat(s), "
           f"load {load:.1f} at the start, {time.strftime('%Y-%m-%d %H:%M')}; medians\n")
-    print("| ablation | base run s | new run s | new/base | base update ms | new update ms | new/base | eval.csv |")
+    print("| ablation | base run s | new run s | new/base | base update ms | new update ms | new/base | "
+          "eval.csv, metrics.csv (untimed) |")
     print("|---|---:|---:|---:|---:|---:|---:|---|")
     for ablation in args.ablations:
         b, n = med[("base", ablation)], med[("new", ablation)]
-        same = all(x["eval_csv"] == y["eval_csv"] for x, y in
-                   zip(results[("base", ablation)], results[("new", ablation)], strict=True))
+        same = all(x[key] == y[key] for x, y in zip(results[("base", ablation)], results[("new", ablation)],
+                                                     strict=True) for key in ("eval_csv", "metrics_csv"))
         print(f"| {ablation} | {b['run_s']:.1f} | {n['run_s']:.1f} | {n['run_s'] / b['run_s']:.3f} | "
               f"{b['update_ms']:.1f} | {n['update_ms']:.1f} | {n['update_ms'] / b['update_ms']:.3f} | "
               f"{'identical' if same else 'DIFFERS'} |")

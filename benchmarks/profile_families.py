@@ -13,14 +13,18 @@ one thread) so that the replay, the return normaliser and the prior layer hold w
 3. ``torch.profiler``: the share of the update spent inside ATen operators; the rest is Python and dispatch.
 
 The wrappers cost a few microseconds per call, so the families' sum is a little above the bare update's time
-(printed apart). It is a benchmark, not a test: CI never runs it.
+(printed apart). ``--compare BASE NEW`` profiles two code trees instead (each in its own process, ``lore`` from
+``PYTHONPATH=<tree>``, one after the other) and prints one table with both trees' ms per family and their ratio.
+It is a benchmark, not a test: CI never runs it.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -66,6 +70,7 @@ class Families:
         self.calls: dict[str, int] = defaultdict(int)
         self.mark = time.process_time()
         self.undo: list[tuple[object, str, object, bool]] = []
+        self.sticky: set[str] = set()
 
     def _switch(self, family: str | None) -> None:
         now = time.process_time()
@@ -77,13 +82,18 @@ class Families:
             self.stack.append(family)
             self.calls[family] += 1
 
-    def wrap(self, owner, name: str, family: str) -> None:
-        """Replace ``owner.name`` by a wrapper charging ``family`` (undone by :meth:`restore`)."""
+    def wrap(self, owner, name: str, family: str, sticky: bool = False) -> None:
+        """Replace ``owner.name`` by a wrapper charging ``family`` (undone by :meth:`restore`); a ``sticky`` family
+        keeps the time of the wrapped calls nested in it."""
         original = getattr(owner, name)
         had_own = isinstance(owner, type) or name in vars(owner)
+        if sticky:
+            self.sticky.add(family)
 
         @functools.wraps(original)
         def wrapper(*args, **kwargs):
+            if self.stack[-1] in self.sticky:
+                return original(*args, **kwargs)
             self._switch(family)
             try:
                 return original(*args, **kwargs)
@@ -129,6 +139,8 @@ def instrument(agent, fam: Families) -> None:
     fam.wrap(d, "_imagine", "imagination: loop glue")
     fam.wrap(d.actor, "forward", "actor forward")
     fam.wrap(wm, "one_hot", "one-hot feature views")
+    if hasattr(d, "_one_hot_view"):
+        fam.wrap(d, "_one_hot_view", "one-hot feature views")
     fam.wrap(d, "_values_and_returns", "lambda-returns, normaliser, advantages")
     fam.wrap(d, "_critic_on_own_rows", "critic heads forward")
     fam.wrap(d.critic.net, "forward", "critic heads forward")
@@ -139,8 +151,8 @@ def instrument(agent, fam: Families) -> None:
     fam.wrap(agent_mod, "imagination_weights", "lambda-returns, normaliser, advantages")
     if d.actor_term is not None:
         for name in ("inputs", "loss", "finish"):
-            fam.wrap(d.actor_term, name, "LoRe: prior term")
-        fam.wrap(d.actor_term, "score_advice", "LoRe: advice scoring")
+            fam.wrap(d.actor_term, name, "LoRe: prior term")  # finish calls score_advice, charged apart
+        fam.wrap(d.actor_term, "score_advice", "LoRe: advice scoring", sticky=True)
     fam.wrap(agent_mod, "combine_losses", "loss sums")
     fam.wrap(agent_mod, "read_scalars", "metric reads")
     fam.wrap(torch.Tensor, "backward", "backward")
@@ -229,6 +241,35 @@ def table(ablation: str, result: dict) -> str:
     return "\n".join(lines)
 
 
+def compare_table(ablation: str, base: dict, new: dict) -> str:
+    """A Markdown table of one ablation's families in two trees, largest (in ``base``) first."""
+    names = sorted(set(base["family_ms"]) | set(new["family_ms"]), key=lambda k: -base["family_ms"].get(k, 0.0))
+    lines = [f"### {ablation}: bare update {base['bare_ms']:.1f} -> {new['bare_ms']:.1f} ms CPU "
+             f"({new['bare_ms'] / base['bare_ms']:.3f})", "",
+             "| family | base ms | new ms | new/base | base ops | new ops |", "|---|---:|---:|---:|---:|---:|"]
+    for k in names:
+        b, n = base["family_ms"].get(k, 0.0), new["family_ms"].get(k, 0.0)
+        ratio = f"{n / b:.2f}" if b > 0.005 else "–"
+        lines.append(f"| {k} | {b:.2f} | {n:.2f} | {ratio} | {base['ops'].get(k, 0.0):.0f} | "
+                     f"{new['ops'].get(k, 0.0):.0f} |")
+    tb, tn = sum(base["family_ms"].values()), sum(new["family_ms"].values())
+    lines.append(f"| **total (wrapped)** | {tb:.2f} | {tn:.2f} | {tn / tb:.2f} | {sum(base['ops'].values()):.0f} | "
+                 f"{sum(new['ops'].values()):.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def profile_tree(tree: str, ablation: str, args) -> dict:
+    """:func:`profile` of ``ablation`` in a process that imports ``lore`` from ``tree``."""
+    env = {**os.environ, "PYTHONPATH": str(Path(tree).resolve()), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, __file__, "--worker", "--ablations", ablation, "--env", args.env, "--warm-steps",
+           str(args.warm_steps), "--updates", str(args.updates), "--batches", str(args.batches), "--seed",
+           str(args.seed), *[x for s in args.extra for x in ("--set", s)]]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise SystemExit(f"profiling {ablation} at {tree} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--ablations", nargs="+", default=["full", "rl_only"])
@@ -238,8 +279,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", type=int, default=8, help="replay batches the updates cycle through")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--set", dest="extra", action="append", default=[], help="extra config override")
+    parser.add_argument("--compare", nargs=2, metavar=("BASE", "NEW"), help="profile two code trees")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    if args.worker:
+        result = profile(args.ablations[0], args.env, args.warm_steps, args.seed, args.updates, args.batches,
+                         args.extra)
+        print(json.dumps(result))
+        return 0
+    if args.compare:
+        print(f"# One update per op family, two trees\n\nbase {args.compare[0]}, new {args.compare[1]}; torch "
+              f"{torch.__version__}, 1 thread, {args.env}, benchmark config after {args.warm_steps} env steps; "
+              f"{args.updates} updates per pass; load {os.getloadavg()[0]:.1f}; {time.strftime('%Y-%m-%d %H:%M')}\n")
+        for ablation in args.ablations:
+            base, new = (profile_tree(tree, ablation, args) for tree in args.compare)
+            print(compare_table(ablation, base, new), flush=True)
+        return 0
     print(f"# One update per op family\n\ntorch {torch.__version__}, 1 thread, {args.env}, benchmark config "
           f"after {args.warm_steps} env steps; {args.updates} updates per pass; load {os.getloadavg()[0]:.1f}; "
           f"{time.strftime('%Y-%m-%d %H:%M')}\n")
