@@ -69,8 +69,9 @@ def run_worker(ablation: str, env: str, steps: int, seed: int, extra: list[str])
                       "eval_csv": evals, "metrics_csv": metrics}))
 
 
-TIMING_COLUMNS = ("steps_per_s", "update_ms", "update_time_frac")
-"""The columns of ``metrics.csv`` that record time, not what the run learned."""
+TIMING_COLUMNS = ("steps_per_s", "update_ms", "update_time_frac", "llm_latency_ms")
+"""The columns of ``metrics.csv`` that record time, not what the run learned (a name that starts with one of
+these: ``llm_latency_ms_total``, ...)."""
 
 
 def untimed_csv(path: Path) -> str:
@@ -79,7 +80,7 @@ def untimed_csv(path: Path) -> str:
     import io
 
     rows = list(csv.reader(io.StringIO(path.read_text())))
-    keep = [i for i, name in enumerate(rows[0]) if name not in TIMING_COLUMNS] if rows else []
+    keep = [i for i, name in enumerate(rows[0]) if not name.startswith(TIMING_COLUMNS)] if rows else []
     return "\n".join(",".join(row[i] for i in keep) for row in rows)
 
 
