@@ -43,6 +43,7 @@ from lore.dreamer.math import (
     ema_percentiles,
     gumbel_noise,
     lambda_returns,
+    one_hot_float,
     return_scale,
     twohot_decode,
 )
@@ -162,8 +163,10 @@ class DreamerAgent:
         self.loss_scales = self._loss_scales()
 
         # the compiled update steps with fused Adam (one kernel for all parameters; the same maths up to
-        # rounding); eager keeps torch's default, so that its runs stay bit-identical to the recorded ones
-        adam = {"fused": True} if cfg.train.compile == "update" else {}
+        # rounding); eager steps with the multi-tensor form, which runs the single-tensor form's kernels per
+        # parameter (bit-identical to torch's default loop, so recorded runs stay reproducible) with less Python
+        adam = {"fused": True, "foreach": None} if cfg.train.compile == "update" else {"foreach": True, "fused": None}
+        self._adam_options = adam
         self.wm_opt = torch.optim.Adam(self.wm.parameters(), lr=d.wm_lr, eps=d.wm_eps, **adam)
         self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=d.ac_lr, eps=d.ac_eps, **adam)
         self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=d.ac_lr, eps=d.ac_eps, **adam)
@@ -181,6 +184,9 @@ class DreamerAgent:
         self.env_step = 0
         """The env step a user of the agent last acted at (recorded in checkpoints; the agent does not read it)."""
         self._scales_checked = False
+        # imagined states and detached posteriors are one-hot samples by construction: in float32 the checked view
+        # always finds them so, and the unchecked one gives the same columns without its reductions and host reads
+        self._one_hot_view = self.wm.one_hot if self.autocast_dtype is not None else self.wm.sampled_one_hot
 
     def _loss_scales(self) -> dict[str, float]:
         """LOSS_SCALES with the extensions' entries; every expected loss must have one."""
@@ -341,7 +347,7 @@ class DreamerAgent:
                 self.nonfinite_skips += 1
                 norms.append(math.nan)
                 continue
-            norm = torch.nn.utils.clip_grad_norm_(params, clip)
+            norm = torch.nn.utils.clip_grad_norm_(params, clip, foreach=True)
             if not bool(torch.isfinite(norm)):
                 opt.zero_grad(set_to_none=True)
                 self.nonfinite_skips += 1
@@ -409,7 +415,7 @@ class DreamerAgent:
                  "stoch": post["stoch"].reshape(n, *post["stoch"].shape[2:]).detach()}
         traj, logits = self._imagine(start, noise)
         dense_feat, actions = traj["feat"], traj["action"]  # [H+1, N, F], [H, N, A]
-        feat = self.wm.one_hot(dense_feat)  # imagined stoch is one-hot: first layers add the selected rows
+        feat = self._one_hot_view(dense_feat)  # imagined stoch is one-hot: first layers add the selected rows
         with torch.no_grad():
             rewards = self.wm.reward(feat[1:])  # [H, N]
             continues = (self.wm.continue_head(feat[1:]).squeeze(-1) > 0).float()  # mode, as DreamerV3
@@ -443,13 +449,13 @@ class DreamerAgent:
 
     def _imagine(self, start: dict[str, Tensor], noise: dict[str, Tensor]) -> tuple[dict[str, Tensor], Tensor]:
         """Roll the actor out for ``dreamer.horizon`` steps from ``start`` -> (trajectory, actor logits [H, N, A])."""
-        view = self.wm.one_hot
+        view = self._one_hot_view
         actor_logits: list[Tensor] = []
 
         def policy(feat: Tensor, step: int) -> Tensor:
             logits = self.actor(view(feat))
             actor_logits.append(logits)
-            return F.one_hot((logits.detach() + noise["actor"][step]).argmax(-1), self.num_actions).float()
+            return one_hot_float((logits.detach() + noise["actor"][step]).argmax(-1), self.num_actions)
 
         traj = self.wm.rssm.imagine(start, policy, self.cfg.dreamer.horizon, noise=noise["stoch"])
         return traj, torch.stack(actor_logits)
@@ -622,6 +628,9 @@ class DreamerAgent:
         self.wm_opt.load_state_dict(state["wm_opt"])
         self.actor_opt.load_state_dict(state["actor_opt"])
         self.critic_opt.load_state_dict(state["critic_opt"])
+        for opt in (self.wm_opt, self.actor_opt, self.critic_opt):  # a checkpoint saved with other step options
+            for group in opt.param_groups:
+                group.update(self._adam_options)
         self.retnorm.load_state_dict(state["retnorm"])
         self.generator.set_state(state["generator"].cpu())
         self.nonfinite_skips = int(state.get("nonfinite_skips", 0))

@@ -55,9 +55,11 @@ def make_slow_copy(module: nn.Module) -> nn.Module:
 
 @torch.no_grad()
 def ema_update_(slow: nn.Module, fast: nn.Module, fraction: float) -> None:
-    """slow ← (1 − fraction)·slow + fraction·fast, parameter by parameter."""
-    for p_slow, p_fast in zip(slow.parameters(), fast.parameters(), strict=True):
-        p_slow.lerp_(p_fast, fraction)
+    """slow ← (1 − fraction)·slow + fraction·fast, parameter by parameter (one multi-tensor lerp)."""
+    slow_params, fast_params = list(slow.parameters()), list(fast.parameters())
+    if len(slow_params) != len(fast_params):
+        raise ValueError(f"ema_update_: {len(slow_params)} slow parameters, {len(fast_params)} fast ones")
+    torch._foreach_lerp_(slow_params, fast_params, fraction)
 
 
 def imagination_weights(first_continue: Tensor, continues: Tensor, gamma: float) -> Tensor:

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 import torch
-import torch.nn.functional as F
 
 Tensor = torch.Tensor
 
@@ -147,10 +146,17 @@ def free_bits_kl(dyn_kl_sum: Tensor, rep_kl_sum: Tensor, free: float = 1.0) -> t
     return dyn_kl_sum.clamp(min=free), rep_kl_sum.clamp(min=free)
 
 
+def one_hot_float(index: Tensor, classes: int, dtype: torch.dtype = torch.float32) -> Tensor:
+    """Indices [...] in [0, classes) -> one-hot rows [..., classes] of ``dtype``: the values of
+    ``F.one_hot(index, classes).to(dtype)`` written by one scatter, without an int64 copy and its range scan."""
+    out = torch.zeros(*index.shape, classes, dtype=dtype, device=index.device)
+    return out.scatter_(-1, index.unsqueeze(-1), 1.0)
+
+
 def sample_one_hot(logits: Tensor, gumbel: Tensor) -> Tensor:
     """One-hot sample [..., C] via Gumbel-max with the given noise [..., C] (no gradient)."""
     index = (logits + gumbel).argmax(-1)
-    return F.one_hot(index, logits.shape[-1]).to(logits.dtype)
+    return one_hot_float(index, logits.shape[-1], logits.dtype)
 
 
 def straight_through(one_hot: Tensor, probs: Tensor) -> Tensor:

@@ -137,8 +137,24 @@ def sampled_one_hot_features(feat: Tensor, dense_dim: int, classes: int) -> OneH
     -> :class:`OneHotFeatures` read by argmax, without the check of :func:`one_hot_features` (no host read)."""
     width = feat.shape[-1] - dense_dim
     groups = feat[..., dense_dim:].reshape(*feat.shape[:-1], width // classes, classes)
-    hot = groups.argmax(-1) + torch.arange(width // classes, device=feat.device) * classes
+    hot = groups.argmax(-1) + strided_range(width // classes, classes, feat.device)
     return OneHotFeatures(feat[..., :dense_dim], hot, width)
+
+
+_RANGES: dict[tuple[int, int, torch.device], Tensor] = {}
+
+
+def strided_range(count: int, step: int, device: torch.device) -> Tensor:
+    """``torch.arange(0, count * step, step)`` [count] int64, built once per (count, step, device) in eager code;
+    callers must not write to it."""
+    if torch.compiler.is_compiling():
+        return torch.arange(0, count * step, step, device=device)
+    key = (count, step, torch.device(device))
+    if key not in _RANGES:
+        if len(_RANGES) >= 256:  # row counts that vary from call to call must not grow the cache without bound
+            _RANGES.clear()
+        _RANGES[key] = torch.arange(0, count * step, step, device=device)
+    return _RANGES[key]
 
 
 class _SelectedRowSum(torch.autograd.Function):
@@ -151,7 +167,7 @@ class _SelectedRowSum(torch.autograd.Function):
     @staticmethod
     def forward(ctx, table: Tensor, hot: Tensor) -> Tensor:  # table [R, O], hot [N, G] -> [N, O]
         n, g = hot.shape
-        offsets = torch.arange(0, n * g, g, device=hot.device)
+        offsets = strided_range(n, g, hot.device)
         ctx.save_for_backward(hot)
         ctx.rows = table.shape[0]
         return F.embedding_bag(hot.reshape(-1), table, offsets, mode="sum")
@@ -299,14 +315,21 @@ class ObsEncoder(nn.Module):
         self.cnns = nn.ModuleDict({k: CNNEncoder(self.image_shapes[k][2], cnn_depth) for k in self.image_keys})
         self.out_dim = (units if self.mlp is not None else 0) + sum(c.out_dim for c in self.cnns.values())
 
-    def forward(self, obs: dict[str, Tensor]) -> Tensor:  # each [..., *shape] -> [..., out_dim]
+    def vector_input(self, obs: dict[str, Tensor]) -> Tensor | None:
+        """The symlogged vector keys, concatenated [..., sum of dims] (the MLP's input), or None without any."""
+        if self.mlp is None:
+            return None
+        return symlog(torch.cat([obs[k].float() for k in self.vector_keys], -1))
+
+    def forward(self, obs: dict[str, Tensor], vector: Tensor | None = None) -> Tensor:
+        """Each key [..., *shape] -> [..., out_dim]; ``vector``: :meth:`vector_input` of ``obs`` when already
+        computed."""
         missing = [k for k in self.vector_keys + self.image_keys if k not in obs]
         if missing:
             raise KeyError(f"observation key(s) {missing} missing (got {sorted(obs)})")
         parts = []
         if self.mlp is not None:
-            vec = torch.cat([obs[k].float() for k in self.vector_keys], -1)
-            parts.append(self.mlp(symlog(vec)))
+            parts.append(self.mlp(self.vector_input(obs) if vector is None else vector))
         parts += [self.cnns[k](obs[k]) for k in self.image_keys]
         return torch.cat(parts, -1) if len(parts) > 1 else parts[0]
 
@@ -328,12 +351,13 @@ class ObsDecoder(nn.Module):
         self.cnns = nn.ModuleDict({k: CNNDecoder(feat_dim, self.image_shapes[k][2], cnn_depth)
                                    for k in self.image_keys})
 
-    def loss(self, feat: Tensor, obs: dict[str, Tensor]) -> Tensor:
-        """feat [B, T, F], obs [B, T, ...] -> summed reconstruction loss [B, T]."""
+    def loss(self, feat: Tensor, obs: dict[str, Tensor], vector: Tensor | None = None) -> Tensor:
+        """feat [B, T, F], obs [B, T, ...] -> summed reconstruction loss [B, T]; ``vector``: the symlogged vector
+        keys concatenated [B, T, sum of dims] (:meth:`ObsEncoder.vector_input`) when already computed."""
         total = torch.zeros(feat.shape[:-1], device=feat.device)
         if self.mlp is not None:
             pred = self.mlp(feat)
-            target = symlog(torch.cat([obs[k].float() for k in self.vector_keys], -1))
+            target = symlog(torch.cat([obs[k].float() for k in self.vector_keys], -1)) if vector is None else vector
             total = total + ((pred - target) ** 2).sum(-1)
         for k in self.image_keys:
             pred = self.cnns[k](feat)

@@ -102,13 +102,18 @@ class RSSM(nn.Module):
 
     # ------------------------------------------------------------------ steps
 
-    def img_step(self, state: State, action: Tensor, generator: torch.Generator | None = None,
-                 sample: bool = True, noise: Tensor | None = None) -> tuple[State, Tensor]:
-        """Prior step: (state_t, one-hot action_t [N, A]) -> (state_{t+1}, prior logits [N, S, C])."""
+    def img_deter(self, state: State, action: Tensor) -> tuple[Tensor, Tensor]:
+        """The deterministic half of a prior step: (state_t, one-hot action_t [N, A]) -> (deter_{t+1} [N, D],
+        prior logits [N, S, C]) that every sample of ``stoch_{t+1}`` is drawn from."""
         stoch = state["stoch"].reshape(state["stoch"].shape[0], -1)
         x = self.img_in(torch.cat([stoch, action], -1))
         deter = self.gru(x, state["deter"])
-        logits = self.prior_logits(deter)
+        return deter, self.prior_logits(deter)
+
+    def img_step(self, state: State, action: Tensor, generator: torch.Generator | None = None,
+                 sample: bool = True, noise: Tensor | None = None) -> tuple[State, Tensor]:
+        """Prior step: (state_t, one-hot action_t [N, A]) -> (state_{t+1}, prior logits [N, S, C])."""
+        deter, logits = self.img_deter(state, action)
         if sample:
             stoch = self.sample(logits, generator, noise)
         else:
@@ -156,16 +161,18 @@ class RSSM(nn.Module):
         if noise is None:
             noise = gumbel_noise((b, t, self.stoch_dim, self.classes), generator, embed.device, embed.dtype)
         init = self.initial_state(b)
+        keeps = (~is_first.bool()).to(embed.dtype)  # [B, T]
+        actions = prev_actions * keeps[..., None]  # [B, T, A]: zeros at episode starts
+        # the steps where some row starts an episode (one host read for the whole sequence)
+        blend = [True] * t if torch.compiler.is_compiling() else is_first.bool().any(0).tolist()
         deters, stochs, posts = [], [], []
         for i in range(t):
-            first = is_first[:, i].bool()
-            keep = (~first).to(embed.dtype)[:, None]
-            action = prev_actions[:, i] * keep
             deter, stoch = state["deter"], state["stoch"]
-            if torch.compiler.is_compiling() or bool(first.any()):  # the blend is exact where keep = 1
+            if blend[i]:  # the blend is exact where keep = 1
+                keep = keeps[:, i, None]  # [B, 1]
                 deter = deter * keep + init["deter"] * (1.0 - keep)
                 stoch = stoch * keep[..., None] + init["stoch"] * (1.0 - keep[..., None])
-            x = self.img_in(torch.cat([stoch.reshape(b, -1), action], -1))
+            x = self.img_in(torch.cat([stoch.reshape(b, -1), actions[:, i]], -1))
             deter = self.gru(x, deter)
             logits = self._posterior(deter, embed_part[:, i])
             stoch = straight_through(sample_one_hot(logits.detach(), noise[:, i]), logits.exp())

@@ -61,9 +61,10 @@ class WorldModel(nn.Module):
         return self.rssm.feat_dim
 
     def embed(self, obs: dict[str, Tensor], features: Tensor | None = None,
-              features_mask: Tensor | None = None) -> Tensor:
-        """obs [..., *shape] (+ LLM features [..., F], mask [...]) -> posterior input [..., E]."""
-        embed = self.encoder(obs)
+              features_mask: Tensor | None = None, vector: Tensor | None = None) -> Tensor:
+        """obs [..., *shape] (+ LLM features [..., F], mask [...]) -> posterior input [..., E]; ``vector``: the
+        encoder's :meth:`~lore.dreamer.networks.ObsEncoder.vector_input` of ``obs`` when already computed."""
+        embed = self.encoder(obs, vector)
         if self.feature_encoder is not None:
             if features is None or features_mask is None:
                 lead = embed.shape[:-1]
@@ -76,8 +77,13 @@ class WorldModel(nn.Module):
         """Latent features [..., F] as deter + hot stoch columns when the stoch part is an exact one-hot
         sample without gradient (imagined or detached posterior states); else unchanged."""
         if torch.compiler.is_compiling():  # in a compiled graph the features are known to be such samples
-            return sampled_one_hot_features(feat.detach(), self.rssm.deter_dim, self.rssm.classes)
+            return self.sampled_one_hot(feat)
         return one_hot_features(feat, self.rssm.deter_dim, self.rssm.classes)
+
+    def sampled_one_hot(self, feat: Tensor) -> OneHotFeatures:
+        """Latent features [..., F] whose stoch part is one-hot samples (imagined states, detached posteriors) as
+        deter + hot stoch columns, read by argmax without the checks of :meth:`one_hot` (no host read)."""
+        return sampled_one_hot_features(feat.detach(), self.rssm.deter_dim, self.rssm.classes)
 
     def reward(self, feat: Tensor) -> Tensor:
         return twohot_decode(self.reward_head(feat), self.bins)
@@ -101,12 +107,13 @@ class WorldModel(nn.Module):
         prev_actions = torch.cat([torch.zeros_like(action[:, :1]), action[:, :-1]], 1)
         reset = is_first.clone()
         reset[:, 0] = True
-        embed = self.embed(data["obs"], data.get("features"), data.get("features_mask"))
+        vector = self.encoder.vector_input(data["obs"])  # the encoder's input is the decoder's target
+        embed = self.embed(data["obs"], data.get("features"), data.get("features_mask"), vector)
         post = self.rssm.observe(embed, prev_actions, reset, generator=generator, noise=noise)
         feat = torch.cat([post["deter"], post["stoch"].flatten(-2)], -1)  # [B, T, F]
 
         losses: dict[str, Tensor] = {}
-        losses["decoder"] = self.decoder.loss(feat, data["obs"]).mean()
+        losses["decoder"] = self.decoder.loss(feat, data["obs"], vector).mean()
         losses["reward"] = twohot_loss(self.reward_head(feat), data["reward"].float(), self.bins).mean()
         cont_target = 1.0 - data["is_terminal"].float()  # truncation is not termination
         losses["continue"] = F.binary_cross_entropy_with_logits(self.continue_head(feat).squeeze(-1), cont_target)

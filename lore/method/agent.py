@@ -249,15 +249,17 @@ class LoReAgent:
         """One-step values ``Q(s, a) = r(s') + gamma * c(s') * V_k(s')`` of every action: states [M] -> [M, D, A].
 
         ``samples`` imagined prior steps per (state, action) pair, each scored by every critic head
-        ``k``: ``D = samples * heads`` draws whose spread is the estimate's own uncertainty.
+        ``k``: ``D = samples * heads`` draws whose spread is the estimate's own uncertainty. The samples share
+        the step's deterministic half and differ in their latent draws.
         """
         wm, critic = self.dreamer.wm, self.dreamer.critic
         m, a = start["deter"].shape[0], self.num_actions
         state = {k: v.repeat_interleave(a, 0) for k, v in start.items()}  # [M*A, ...], actions vary fastest
         actions = torch.eye(a, device=self.device).repeat(m, 1)
+        deter, logits = wm.rssm.img_deter(state, actions)  # [M*A, D], [M*A, S, C]
         draws = []
         for _ in range(samples):
-            nxt, _ = wm.rssm.img_step(state, actions, self.method_generator)
+            nxt = {"deter": deter, "stoch": wm.rssm.sample(logits, self.method_generator)}
             feat = wm.rssm.features(nxt)
             q = wm.reward(feat) + self.cfg.dreamer.gamma * wm.continue_prob(feat) * critic.values(feat)
             draws.append(q.reshape(-1, m, a))  # [heads, M, A]

@@ -68,6 +68,8 @@ def project_beta_to_kl(logits_wm: torch.Tensor, tilt: torch.Tensor, beta: torch.
         return categorical_kl(wm + b[:, None] * tilt, wm)
 
     within = kl_at(beta) <= bound
+    if bool(within.all()):  # nothing to bisect
+        return beta.to(logits_wm.dtype)
     lo, hi = torch.zeros_like(beta), beta.clone()
     for _ in range(iterations):
         mid = (lo + hi) / 2

@@ -332,35 +332,40 @@ class PriorLayer:
     def _record_act(self, logits_wm, logits_mix, beta, beta_unbounded, mask, prior, signals, u_comb, parts) -> None:
         acc = self._acc
         with torch.no_grad():
+            sums: dict[str, torch.Tensor] = {}  # 0-dim float64 sums, read back to the host in one go
             if u_comb is not None:
                 acc["n_gate"] += u_comb.numel()
-                acc["u_gate"] += u_comb.double().sum().item()
+                sums["u_gate"] = u_comb.double().sum()
             beta = beta.detach().double()
             applied = mask > 0
             acc["n_act"] += beta.numel()
-            acc["beta_sum"] += beta.sum().item()
-            acc["beta_sq"] += (beta * beta).sum().item()
-            acc["n_applied"] += applied.sum().item()
-            acc["beta_applied_sum"] += beta[applied].sum().item()
-            acc["mask_sum"] += applied.double().sum().item()
-            acc["kl_clipped"] += (beta_unbounded.double() > beta + 1e-9).double().sum().item()
+            sums["beta_sum"] = beta.sum()
+            sums["beta_sq"] = (beta * beta).sum()
+            sums["n_applied"] = applied.sum().double()
+            sums["beta_applied_sum"] = beta[applied].sum()
+            sums["mask_sum"] = applied.double().sum()
+            sums["kl_clipped"] = (beta_unbounded.double() > beta + 1e-9).double().sum()
             if bool(applied.any()):  # how far the policy that acts departs from the base policy
                 kl = categorical_kl(logits_mix.detach()[applied].double(), logits_wm.detach()[applied].double())
-                acc["kl_act"] += kl.sum().item()
+                sums["kl_act"] = kl.sum()
                 if parts is not None:
                     disagree = logits_wm.detach().argmax(-1) != prior.argmax(-1)
                     for side, rows in (("disagree", applied & disagree), ("agree", applied & ~disagree)):
-                        acc[f"n_{side}"] += rows.double().sum().item()
+                        sums[f"n_{side}"] = rows.double().sum()
                         for name, value in zip(_SEPARATION_PARTS, [*parts, beta], strict=True):
-                            acc[f"{name}_{side}"] += value.double()[rows].sum().item()
-            acc["open_sum"] += (beta > 0).double().sum().item()
-            acc["entropy_wm"] += categorical_entropy(logits_wm.detach().double()).sum().item()
-            acc["entropy_mix"] += categorical_entropy(logits_mix.detach().double()).sum().item()
+                            sums[f"{name}_{side}"] = value.double()[rows].sum()
+            sums["open_sum"] = (beta > 0).double().sum()
+            sums["entropy_wm"] = categorical_entropy(logits_wm.detach().double()).sum()
+            sums["entropy_mix"] = categorical_entropy(logits_mix.detach().double()).sum()
             if signals is not None:
                 acc["n_u"] += beta.numel()
                 for key, signal in zip(("u_entropy", "u_value_var", "u_disagreement"), signals, strict=True):
-                    computed = bool(torch.isfinite(signal).any())
-                    acc[key] += torch.nan_to_num(signal.double()).sum().item() if computed else math.nan
+                    if bool(torch.isfinite(signal).any()):
+                        sums[key] = torch.nan_to_num(signal.double()).sum()
+                    else:
+                        acc[key] += math.nan
+            for key, value in zip(sums, torch.stack(list(sums.values())).tolist(), strict=True):
+                acc[key] += value
 
     # ------------------------------------------------------------------ training
 
