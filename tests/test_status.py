@@ -303,3 +303,18 @@ def test_train_log_is_plain_text_and_the_finished_run_reports_itself(tmp_path, c
     row = by_seed(status_json(tmp_path, capsys))[0]
     assert (row["state"], row["step"], row["total"]) == ("done", 240, 240)
     assert row["steps_per_s"] > 0 and row["note"].startswith("wall ")  # no file of the run reported damaged
+
+
+def test_a_run_stopped_at_a_checkpoint_says_it_resumes_and_a_killed_one_still_fails(tmp_path, capsys):
+    interrupted = make_run(tmp_path, seed=0, metrics=TRAINING, log="step 400\nlore: interrupted: checkpoint written "
+                           "at env step 400; run again to resume\n")
+    (interrupted / "checkpoint.pt").write_bytes(b"x")
+    killed = make_run(tmp_path, seed=1, metrics=TRAINING, log="step 400\n")
+    (killed / "checkpoint.pt").write_bytes(b"x")
+    code, out, _ = status(tmp_path, "--json", capsys=capsys)
+    report = json.loads(out)
+    states = {r["seed"]: (r["state"], r["note"]) for r in report["runs"]}
+    assert code == 0 and states["0"][0] == "interrupted" and "run again to resume" in states["0"][1]
+    assert states["1"] == ("failed", "stopped without an error in train.log (killed?)")
+    code, out, _ = status(tmp_path, capsys=capsys)
+    assert "2 runs: 0 done, 0 running, 0 waiting, 1 interrupted, 1 failed" in out

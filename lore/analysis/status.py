@@ -2,7 +2,8 @@
 
 A run directory's state comes from what ``lore train`` leaves there: ``done`` (finished), a live holder
 of ``.lock`` (running), rows in ``metrics.csv``/``eval.csv`` or a ``checkpoint.pt`` (progress), and the end
-of ``train.log`` (the error a failed run stopped on). Nothing here writes to a run directory, so it works the
+of ``train.log`` (the error a failed run stopped on, or the line of a run interrupted at a checkpoint, which
+resumes when run again). Nothing here writes to a run directory, so it works the
 same for laptop and SLURM runs, while they run.
 
 Whatever a results tree holds, ``lore status`` finishes: every file is opened without blocking and read only
@@ -29,6 +30,9 @@ import yaml
 from lore.train.progress import eta_seconds, format_duration, log_points, number_or_nan, training_rate
 
 STATES = ("done", "running", "waiting", "failed")
+INTERRUPTED = "interrupted"
+"""The state of a run stopped cleanly at a checkpoint (SIGTERM, preemption): it resumes when run again. The
+summary line counts it only when there is one."""
 NOTE_WIDTH = 60
 LOG_TAIL_BYTES = 4096
 _SEED_DIR = re.compile(r"^seed(\d+)$")
@@ -252,7 +256,10 @@ def run_status(run_dir: Path, root: Path) -> RunStatus:
             status.eta_s = eta_seconds(status.step, status.total, status.steps_per_s)
     else:
         error = log_error(run_dir)
-        if steps or error or (run_dir / "checkpoint.pt").exists():
+        if error.startswith("lore: interrupted") and (run_dir / "checkpoint.pt").exists():
+            status.state = INTERRUPTED
+            notes.append(error.removeprefix("lore: "))
+        elif steps or error or (run_dir / "checkpoint.pt").exists():
             status.state = "failed"
             notes.append(error or "stopped without an error in train.log (killed?)")
     status.note = "; ".join(notes)
@@ -303,12 +310,14 @@ def workflow_lines(root: str, jobs: Iterable) -> list[str]:
     runs = grid_status(root_path, planned, others=False)
     failed = [f"  failed: {r.env} {r.arm} seed {r.seed}: {r.note} (log: {r.path}/train.log)"
               for r in runs if r.state == "failed"]
+    failed += [f"  interrupted: {r.env} {r.arm} seed {r.seed}: resumes from its checkpoint when run again "
+               f"(log: {r.path}/train.log)" for r in runs if r.state == INTERRUPTED]
     return [f"lore: {summary_line(summarize(runs))}", *failed]
 
 
 def summarize(runs: Sequence[RunStatus]) -> dict:
     """Counts per state and the time until every run not yet done is, at the current parallelism."""
-    counts = {state: sum(r.state == state for r in runs) for state in STATES}
+    counts = {state: sum(r.state == state for r in runs) for state in (*STATES, INTERRUPTED)}
     rates: dict[str, list[float]] = {}
     for r in runs:
         if math.isfinite(r.steps_per_s):
@@ -331,7 +340,8 @@ def _mean(values: Sequence[float]) -> float:
 
 
 def summary_line(summary: dict) -> str:
-    counts = ", ".join(f"{summary[s]} {s}" for s in STATES)
+    shown = [*STATES[:3], *([INTERRUPTED] if summary.get(INTERRUPTED) else []), STATES[3]]
+    counts = ", ".join(f"{summary[s]} {s}" for s in shown)
     when = (f"ETA {format_duration(summary['eta_s'])} at {summary['running']} in parallel" if summary["running"]
             else "nothing running")
     return f"{summary['runs']} run{'' if summary['runs'] == 1 else 's'}: {counts}; {when}"
