@@ -205,7 +205,7 @@ def test_prior_config_is_small_and_every_field_says_what_it_does_in_one_line():
 
     docs = _field_docstrings("PriorConfig")
     assert set(docs) == {f.name for f in fields(PriorConfig)}
-    assert len(docs) <= 21, sorted(docs)
+    assert len(docs) <= 22, sorted(docs)  # the low-regret candidates under test; the losers leave
     for name, doc in docs.items():
         assert doc, f"prior.{name} has no docstring"
         assert "\n" not in doc.strip() and len(doc) <= 400, f"prior.{name}: docstring not one line of <= 400 chars"

@@ -244,6 +244,27 @@ def test_the_select_rule_reads_the_paired_cis_and_breaks_ties_towards_fewer_mech
     assert verdict(decl, comparison_table(decl, partial), partial)["verdict"] == "incomplete"
 
 
+def test_a_bound_on_the_loss_reads_the_lower_end_of_the_paired_ci(tmp_path):
+    require = [{"arm": "full_half", "vs": "rl_only", "metric": "auc", "test": "lower_at_least", "value": -0.02}]
+    root = _workdir(tmp_path, {"exp": _decl(decision={"rule": "adopt", "require": require})})
+    decl = load_declaration("exp", root)
+    close = _metrics({"rl_only": [0.20, 0.30, 0.25, 0.22, 0.28], "full_half": [0.20, 0.29, 0.25, 0.22, 0.28]})
+    assert verdict(decl, comparison_table(decl, close), close)["verdict"] == "adopt"
+    lower = _metrics({"rl_only": [0.20, 0.30, 0.25, 0.22, 0.28], "full_half": [0.15, 0.30, 0.25, 0.22, 0.28]})
+    table = comparison_table(decl, lower)
+    assert float(table[table["metric"] == "auc"]["low"].iloc[0]) < -0.02
+    assert verdict(decl, table, lower)["verdict"] == "reject"
+
+
+def test_an_arm_runs_on_its_own_seeds_and_pairs_on_the_shared_ones(tmp_path):
+    arms = {"rl_only": {"reference": True}, "full_half": {"ablation": "full", "seeds": [0, 2],
+                                                          "settings": {"prior.beta_max": 0.5}}}
+    root = _workdir(tmp_path, {"exp": _decl(arms=arms, grid={"envs": [DOORKEY], "seeds": [0, 1, 2], "steps": 3000})})
+    runs = plan(load_declaration("exp", root), root)
+    assert sorted((r.arm, r.seed) for r in runs) == [("full_half", 0), ("full_half", 2), ("rl_only", 0),
+                                                      ("rl_only", 1), ("rl_only", 2)]
+
+
 def test_the_adopt_rule_needs_every_requirement_on_every_env(tmp_path):
     root = _workdir(tmp_path, {"exp": _decl()})
     decl = load_declaration("exp", root)
@@ -299,6 +320,12 @@ BAD = [
     ("ratio without a value", {"decision": {"rule": "adopt", "require": [
         {"arm": "full_half", "vs": "rl_only", "metric": "auc", "test": "ratio_at_least"}]}},
      "decision.require[0].value", "needs a value"),
+    ("bound without a value", {"decision": {"rule": "adopt", "require": [
+        {"arm": "full_half", "vs": "rl_only", "metric": "auc", "test": "lower_at_least"}]}},
+     "decision.require[0].value", "needs a value"),
+    ("an arm seed outside the grid", {"arms": {"rl_only": {"reference": True},
+                                               "full_half": {"ablation": "full", "seeds": [0, 7]}}},
+     "arms.full_half.seeds", "seed 7 is not in grid.seeds"),
 ]
 
 

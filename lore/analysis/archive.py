@@ -79,14 +79,15 @@ DONE_NUMBERS = {
 ``env_step`` (null reads as absent). Every ``llm_calls*`` counter is a count too, and ``provenance.threads``
 a whole number in [1, :data:`MAX_THREADS`]; other fields are not read and not checked."""
 
-EPISODE_COLUMNS = ("env_step", "success", "control")
+EPISODE_COLUMNS = ("env_step", "return", "length", "success", "control")
 LEDGER_FIELDS = ("env_step", "ok", "cache_hit", "failure", "source")
 METRIC_COLUMNS = (
     "env_step", "beta_mean", "prior_mask_frac", "kl_mix_wm", "kl_mix_wm_train", "lambda_kl", "entropy_wm",
     "trust_llm", "trust_act_llm", "trust_plan", "trust_surrogate", "trust_episode_t",
     "trust_z_llm", "trust_z_plan", "trust_z_surrogate", "trust_step_z_llm", "trust_step_z_plan",
     "trust_step_z_surrogate", "advice_value_z", "advice_informative_frac", "advice_p_better",
-    "advice_outcome_mean", "own_outcome_mean",
+    "advice_outcome_mean", "own_outcome_mean", "filter_pass", "filter_informative_frac", "u_gate", "gate_open_frac",
+    "value_mean",
     "beta_disagree", "beta_agree", "u_entropy_frac_disagree", "u_entropy_frac_agree", "u_value_ratio_disagree",
     "u_value_ratio_agree", "u_disagreement_ratio_disagree", "u_disagreement_ratio_agree",
     "steps_per_s", "update_ms", "update_time_frac", "llm_calls", "llm_cache_hits", "llm_failures",

@@ -152,6 +152,8 @@ def _holds(row, test: str, value: float | None) -> bool | None:
         return bool(row["mean_arm"] >= value * row["mean_vs"])
     if row["n_paired"] < 2:
         return None
+    if test == "lower_at_least":
+        return bool(row["low"] >= value)
     return bool(row["low"] > 0) if test == "above" else bool(row["high"] >= 0)
 
 

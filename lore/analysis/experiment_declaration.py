@@ -22,9 +22,10 @@ BENCHMARK_CONFIG = Path("config/benchmark.yaml")
 METRICS = {"auc": "AUC", "final_sr": "final SR", "crafter_score": "Crafter score",
            "distinct": "distinct achievements"}
 """Per-run metrics an experiment can be judged on -> their label."""
-TESTS = ("above", "not_below", "ratio_at_least")
-"""``above``: paired CI entirely above 0; ``not_below``: paired CI upper end >= 0;
-``ratio_at_least``: the arm's mean >= ``value`` x the other's mean."""
+TESTS = ("above", "not_below", "lower_at_least", "ratio_at_least")
+"""``above``: paired CI entirely above 0; ``not_below``: paired CI upper end >= 0; ``lower_at_least``: paired CI
+lower end >= ``value`` (a bound on how far below the arm may be); ``ratio_at_least``: the arm's mean >= ``value``
+x the other's mean."""
 
 
 class ExperimentError(ValueError):
@@ -37,6 +38,8 @@ class Arm:
     ablation: str
     settings: dict
     envs: tuple[str, ...]
+    seeds: tuple[int, ...] = ()
+    """The arm's own seeds (a subset of ``grid.seeds``); empty: every seed of the grid."""
 
 
 @dataclass
@@ -133,7 +136,7 @@ def _load_declaration(name: str, path: Path, root: Path) -> Declaration:
         spec = spec or {}
         arms[arm_name] = Arm(arm_name, spec.get("ablation", arm_name),
                              {} if spec.get("reference") else {**data.get("settings", {}), **spec.get("settings", {})},
-                             tuple(spec.get("envs", grid["envs"])))
+                             tuple(spec.get("envs", grid["envs"])), tuple(spec.get("seeds", ())))
     decl = Declaration(name=name, path=path, question=data["question"], base=data.get("base", str(BENCHMARK_CONFIG)),
                        settings=dict(data.get("settings", {})), envs=list(grid["envs"]), seeds=list(grid["seeds"]),
                        steps=grid.get("steps"), arms=arms, baseline=data.get("baseline"),
@@ -159,6 +162,9 @@ def _check_semantics(decl: Declaration, root: Path) -> None:
         for env in arm.envs:
             if env not in decl.envs:
                 raise _fail(path, f"arms.{arm.name}.envs", f"{env!r} is not in grid.envs")
+        for seed in arm.seeds:
+            if seed not in decl.seeds:
+                raise _fail(path, f"arms.{arm.name}.seeds", f"seed {seed} is not in grid.seeds")
     base = root / decl.base
     if not base.is_file():
         raise _fail(path, "base", f"no workflow config {decl.base}")
@@ -246,8 +252,8 @@ def _check_decision(decl: Declaration) -> None:
             _check_reference(decl, f"decision.require[{i}]", {"vs": req["vs"], "metric": req["metric"]})
         else:
             _check_reference(decl, f"decision.require[{i}]", req)
-        if req["test"] == "ratio_at_least" and "value" not in req:
-            raise _fail(path, f"decision.require[{i}].value", "ratio_at_least needs a value")
+        if req["test"] in ("ratio_at_least", "lower_at_least") and "value" not in req:
+            raise _fail(path, f"decision.require[{i}].value", f"{req['test']} needs a value")
     if rule["rule"] == "power":
         _check_reference(decl, "decision", {"arm": rule["arm"], "metric": rule["metric"]})
     if rule["rule"] == "select":

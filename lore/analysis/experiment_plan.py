@@ -143,7 +143,7 @@ def plan(decl: Declaration, root: Path = Path(".")) -> list[PlannedRun]:
     """Every run the experiment reads: its arms, and the baseline's arms it is compared with."""
     runs = []
     for arm in decl.arms.values():
-        runs += _plan_arm(decl, arm, arm.envs, decl.seeds, root)
+        runs += _plan_arm(decl, arm, arm.envs, list(arm.seeds or decl.seeds), root)
     needed = []
     for c in comparisons(decl):
         for ref in (c["arm"], c["vs"]):

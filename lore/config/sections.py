@@ -251,6 +251,8 @@ class PriorConfig:
     """Probability in [0, 1) that an episode runs without the prior: the control group of the trust's episode t."""
     allocation: Literal["share", "thompson"] = "share"
     """How episodes are split between the advice and the agent's own policy. ``share``: control_episodes of them run without the prior and beta follows the trust; ``thompson``: a sceptical bandit over episode outcomes (lore.prior.allocation) picks each episode, advised ones at full strength."""
+    filter: bool = False
+    """Act-time critic filter (lore.prior.critic_filter): scale beta by the share of value draws in which the advice beats the policy, where the critic can tell actions apart; costs one imagined step per action at advised act steps."""
     temperature: float = ranged(1.0, _POSITIVE)
     """Temperature T in (0, 1000] dividing the prior logits; above 1 flattens overconfident advice."""
     kl_mode: Literal["none", "lagrangian"] = "none"

@@ -71,6 +71,7 @@ class PolicyStep:
     value_var: Tensor  # [B] variance of the critic heads' values
     is_first: Tensor   # [B] bool episode starts
     generator: torch.Generator  # the agent's generator: a transform that draws keeps the run reproducible
+    posterior: dict[str, Tensor] | None = None  # {deter [B, D], stoch [B, S, C]}: the state to imagine from
 
 
 @dataclass
@@ -250,7 +251,7 @@ class DreamerAgent:
         deter, stoch, latent, logits, entropy, value_var = self._act_fn(
             obs, feats, feats_mask, state["deter"], state["stoch"], state["prev_action"], is_first, noise)
         step = PolicyStep(logits=logits, latent=latent, entropy=entropy, value_var=value_var, is_first=is_first,
-                          generator=self.generator)
+                          generator=self.generator, posterior={"deter": deter, "stoch": stoch})
         # the next step's input outlives a graph replay
         new_state = {"deter": deter.clone(), "stoch": stoch.clone()}
         acting = logits if transform is None else transform(step)

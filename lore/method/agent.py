@@ -170,7 +170,8 @@ class LoReAgent:
                     llm_in = self._llm_act_inputs({**dict(llm or {}), **fresh}, batch)
             logits_mix, mixed["beta"] = self.prior.act(
                 step.logits, llm_in["prior_logits"], llm_in["mask"], u, env_step,
-                source=llm_in["source"], is_first=step.is_first, control_drawn=consult is not None)
+                source=llm_in["source"], is_first=step.is_first, control_drawn=consult is not None,
+                advice_filter=self._advice_filter(step, llm_in))
             return logits_mix
 
         out = self.dreamer.act(obs, is_first, state, (llm_in["features"], llm_in["features_mask"]), sample,
@@ -179,6 +180,20 @@ class LoReAgent:
         return ActOutput(action=out.action, state=out.state, logits_wm=step.logits, logits_mix=out.logits,
                          beta=mixed["beta"], u_entropy=step.entropy, u_value_var=step.value_var,
                          action_changed=out.action_changed, latent=step.latent)
+
+    def _advice_filter(self, step, llm_in: Mapping[str, Tensor]) -> Tensor | None:
+        """The critic filter's multiplier of beta [B] at this act step (``prior.filter``), else None."""
+        prior = self.prior
+        if not (prior.cfg.enabled and prior.cfg.filter):
+            return None
+        rows = llm_in["mask"] > 0
+        q = None
+        if bool(rows.any()):
+            generator = prior.generator if rows.shape[0] == prior.num_envs else prior.side_generator
+            start = {k: v[rows] for k, v in step.posterior.items()}
+            q = self.advice_q_values(start, self.cfg.prior.advice_samples, generator)
+            q = q / float(self.dreamer.retnorm.scale())
+        return prior.filter_advice(q, llm_in["prior_logits"], step.logits, rows)
 
     # ------------------------------------------------------------------ the training loop's side
 
@@ -245,12 +260,14 @@ class LoReAgent:
     # ------------------------------------------------------------------ the prior's reads of the world model
 
     @torch.no_grad()
-    def advice_q_values(self, start: dict[str, Tensor], samples: int = 1) -> Tensor:
+    def advice_q_values(self, start: dict[str, Tensor], samples: int = 1,
+                        generator: torch.Generator | None = None) -> Tensor:
         """One-step values ``Q(s, a) = r(s') + gamma * c(s') * V_k(s')`` of every action: states [M] -> [M, D, A].
 
         ``samples`` imagined prior steps per (state, action) pair, each scored by every critic head
         ``k``: ``D = samples * heads`` draws whose spread is the estimate's own uncertainty. The samples share
-        the step's deterministic half and differ in their latent draws.
+        the step's deterministic half and differ in their latent draws, drawn from ``generator`` (default: the
+        method's training stream).
         """
         wm, critic = self.dreamer.wm, self.dreamer.critic
         m, a = start["deter"].shape[0], self.num_actions
@@ -259,7 +276,7 @@ class LoReAgent:
         deter, logits = wm.rssm.img_deter(state, actions)  # [M*A, D], [M*A, S, C]
         draws = []
         for _ in range(samples):
-            nxt = {"deter": deter, "stoch": wm.rssm.sample(logits, self.method_generator)}
+            nxt = {"deter": deter, "stoch": wm.rssm.sample(logits, generator or self.method_generator)}
             feat = wm.rssm.features(nxt)
             q = wm.reward(feat) + self.cfg.dreamer.gamma * wm.continue_prob(feat) * critic.values(feat)
             draws.append(q.reshape(-1, m, a))  # [heads, M, A]

@@ -11,6 +11,7 @@ At act time (per env)::
     beta = beta_max                                  # gate == "fixed"
     beta = beta_max * Phi((H(s) - mean H) / sd H)    # gate == "calibrated": against H's running distribution
     beta = beta * min(1, 2 trust(source))            # prior.trust: value z + episode t + failed advised steps
+    beta = beta * f(s)                               # prior.filter: share of value draws favouring the advice
     beta = 0 where mask == 0, where beta-dropout fired, in a control episode, or when the prior is disabled
     beta = largest beta' <= beta with KL(pi_mix || pi_wm) <= kl_bound   # kl_mode == "lagrangian"
     logits_mix = logits_wm + beta * stopgrad(prior_logits / T)
@@ -32,6 +33,7 @@ import torch
 
 from lore.config import PriorConfig
 from lore.prior.allocation import EpisodeBandit
+from lore.prior.critic_filter import critic_filter
 from lore.prior.gate import (
     UNCERTAINTY_KEYS,
     EMANormalizer,
@@ -71,7 +73,7 @@ _SEPARATION_KEYS = tuple(f"{part}_{side}" for part in _SEPARATION_PARTS for side
 _ACC_KEYS = ("n_act", "beta_sum", "beta_sq", "n_applied", "beta_applied_sum", "mask_sum", "open_sum",
              "u_entropy", "u_value_var", "u_disagreement", "n_u", "entropy_wm", "entropy_mix",
              "n_loss", "prior_loss", "u_gate", "n_gate", "kl_act", "kl_clipped", "n_disagree", "n_agree",
-             *_SEPARATION_KEYS)
+             "n_filter", "filter_sum", "filter_informative", *_SEPARATION_KEYS)
 
 
 def _zero_acc() -> dict[str, float]:
@@ -223,10 +225,12 @@ class PriorLayer:
             u: Mapping[str, torch.Tensor] | None, env_step: int,
             generator: torch.Generator | None = None,
             source: torch.Tensor | None = None,
-            is_first: torch.Tensor | None = None, control_drawn: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+            is_first: torch.Tensor | None = None, control_drawn: bool = False,
+            advice_filter: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """``(logits_mix [B,A], beta [B])`` for one act step of ``B`` envs (see the module docstring).
 
         ``source [B]``: the advice source code of each env (:func:`lore.prior.trust.source_code`);
+        ``advice_filter [B]``: the critic filter's multiplier (:meth:`filter_advice`), with ``prior.filter``;
         ``is_first [B]``: episode starts, where each env draws whether the episode is a control episode
         (unless ``control_drawn``: :meth:`draw_control_episodes` already ran for this step).
         """
@@ -262,6 +266,8 @@ class PriorLayer:
                                          "'value_var', 'disagreement'}")
                     beta = beta_max_now * (u_comb.to(device) / self.cfg.gate_full_at).clamp(max=1.0)
                 beta = beta * self.trust_scale(source, batch, device)
+                if advice_filter is not None:
+                    beta = beta * torch.as_tensor(advice_filter, device=device).to(beta.dtype)
                 keep = beta_dropout_keep(batch, self.cfg.dropout, generator, device)
                 if stateful:
                     if not control_drawn:
@@ -281,6 +287,24 @@ class PriorLayer:
             self.last_env_step = int(env_step)
             self._record_act(logits_wm, logits_mix, beta, beta_unbounded, mask, prior, signals, u_comb, parts)
         return logits_mix, beta
+
+    def filter_advice(self, q_draws: torch.Tensor, prior_logits: torch.Tensor, logits_wm: torch.Tensor,
+                      rows: torch.Tensor) -> torch.Tensor:
+        """The critic filter's multiplier of beta ``[B]`` (:mod:`lore.prior.critic_filter`): ``q_draws [R, D, A]``
+        one-step values (return-scale units) of the ``R`` advised rows ``rows [B]`` bool, 1 at the other rows.
+        An act batch of ``num_envs`` rows counts in :meth:`metrics` (``filter_pass``, ``filter_informative_frac``)."""
+        rows = torch.as_tensor(rows, device=logits_wm.device).bool()
+        out = torch.ones(logits_wm.shape[0], dtype=logits_wm.dtype, device=logits_wm.device)
+        if not bool(rows.any()):
+            return out
+        f, informative = critic_filter(q_draws, prior_logits[rows], logits_wm[rows], self.temperature,
+                                       self.cfg.trust_min_gap)
+        out[rows] = f.to(out.dtype)
+        if logits_wm.shape[0] == self.num_envs:
+            self._acc["n_filter"] += float(f.numel())
+            self._acc["filter_sum"] += float(f.double().sum())
+            self._acc["filter_informative"] += float(informative.double().sum())
+        return out
 
     def episode_record(self, env_index: int) -> dict[str, float]:
         """What the episode in flight on env ``env_index`` was, for ``episodes.csv`` (read before
@@ -519,6 +543,9 @@ class PriorLayer:
             "gate_open_frac": ratio(acc["open_sum"], acc["n_act"]),
             "beta_max_now": self.beta_max,
             "kl_bound_active_frac": ratio(acc["kl_clipped"], acc["n_applied"]),
+            **({"filter_pass": ratio(acc["filter_sum"], acc["n_filter"]),
+                "filter_informative_frac": ratio(acc["filter_informative"], acc["n_filter"])}
+               if self.cfg.filter else {}),
             **self.trust.metrics(),
             **(self.bandit.metrics() if self.thompson else {}),
         }
