@@ -24,7 +24,7 @@ import yaml
 from workflow_helpers import snapshot
 
 from lore.analysis.cli import main as analysis_main
-from lore.analysis.synthetic import write_grid
+from lore.report.synthetic import write_grid
 
 ENV = "MiniGrid-DoorKey-5x5-v0"
 FAST = ["--resamples", "50"]

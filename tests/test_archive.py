@@ -101,7 +101,7 @@ def test_reproduce_reports_an_exact_match_and_an_edited_eval_csv(real_runs, tmp_
 
 
 def _synthetic(folder: Path, ablation: str = "rl_only", seed: int = 0) -> Path:
-    from lore.analysis.synthetic import SyntheticRun, write_run
+    from lore.report.synthetic import SyntheticRun, write_run
 
     return write_run(folder, SyntheticRun(env=DOORKEY, ablation=ablation, seed=seed, steps=2000, eval_every=500))
 
@@ -211,8 +211,8 @@ def _project(tmp_path: Path) -> Path:
 
 
 def _finish(run: PlannedRun, folder: Path) -> Path:
-    from lore.analysis.synthetic import SyntheticRun, write_run
     from lore.config import build_config, save_config
+    from lore.report.synthetic import SyntheticRun, write_run
 
     cfg = build_config(None, [f"{k}={json.dumps(v)}" for k, v in run.overrides] + [f"seed={run.seed}"], run.ablation)
     write_run(folder, SyntheticRun(env=run.env, ablation=run.ablation, seed=run.seed, steps=cfg.train.steps,

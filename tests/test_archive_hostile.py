@@ -25,7 +25,7 @@ DOORKEY = "MiniGrid-DoorKey-5x5-v0"
 
 
 def _synthetic(folder: Path, ablation: str = "rl_only", seed: int = 0) -> Path:
-    from lore.analysis.synthetic import SyntheticRun, write_run
+    from lore.report.synthetic import SyntheticRun, write_run
 
     return write_run(folder, SyntheticRun(env=DOORKEY, ablation=ablation, seed=seed, steps=2000, eval_every=500))
 
@@ -514,8 +514,8 @@ def test_a_finished_run_timed_at_1e308_seconds_does_not_break_the_plan(tmp_path,
     from lore.analysis.experiment_declaration import load_declaration
     from lore.analysis.experiment_plan import plan
     from lore.analysis.experiments import main as experiments_main
-    from lore.analysis.synthetic import SyntheticRun, write_run
     from lore.config import build_config, save_config
+    from lore.report.synthetic import SyntheticRun, write_run
 
     root = tmp_path / "project"
     shutil.copytree(REPO / "config", root / "config", ignore=shutil.ignore_patterns("experiments"))

@@ -21,7 +21,7 @@ DOORKEY = "MiniGrid-DoorKey-5x5-v0"
 
 
 def _synthetic(folder: Path, seed: int = 0) -> Path:
-    from lore.analysis.synthetic import SyntheticRun, write_run
+    from lore.report.synthetic import SyntheticRun, write_run
 
     return write_run(folder, SyntheticRun(env=DOORKEY, ablation="rl_only", seed=seed, steps=2000, eval_every=500))
 
@@ -174,8 +174,8 @@ def _git(root: Path, *args: str) -> str:
 def test_a_trial_writes_nothing_under_docs_or_runs(tmp_path):
     from lore.analysis.experiment_declaration import load_declaration
     from lore.analysis.experiment_plan import plan
-    from lore.analysis.synthetic import SyntheticRun, write_run
     from lore.config import build_config, save_config
+    from lore.report.synthetic import SyntheticRun, write_run
 
     root = tmp_path / "project"
     shutil.copytree(REPO / "config", root / "config", ignore=shutil.ignore_patterns("experiments"))
@@ -252,8 +252,8 @@ def test_the_power_rule_names_the_envs_where_the_arm_learns(tmp_path, monkeypatc
     from lore.analysis.experiment_compare import compare_experiment
     from lore.analysis.experiment_declaration import load_declaration
     from lore.analysis.experiment_plan import plan
-    from lore.analysis.synthetic import SyntheticRun, write_run
     from lore.config import build_config, save_config
+    from lore.report.synthetic import SyntheticRun, write_run
 
     root = _power_project(tmp_path, [0, 1, 2, 3, 4], at_least)
     monkeypatch.chdir(root)

@@ -58,8 +58,8 @@ def _decl(**changes) -> dict:
 
 def _finish(run: PlannedRun, folder: Path, root: Path, eval_sr: list[float] | None = None) -> Path:
     """A finished synthetic run whose config.yaml is the planned run's resolved config."""
-    from lore.analysis.synthetic import SyntheticRun, write_run
     from lore.config import build_config, save_config
+    from lore.report.synthetic import SyntheticRun, write_run
 
     overrides = [f"{k}={json.dumps(v)}" for k, v in run.overrides] + [f"seed={run.seed}"]
     cfg = build_config(None, overrides, run.ablation)

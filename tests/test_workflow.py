@@ -350,8 +350,8 @@ def test_editing_analysis_code_reruns_the_rules_that_run_it(tmp_path):
         return set(job_counts(proc.stdout + proc.stderr)) - {"total", "all"}
 
     assert planned_after_editing("analysis/grid.py") == set()  # the workflow's own helper: no analysis rule
-    assert planned_after_editing("analysis/figures.py") == {"figures", "paper_macros", "paper"}
-    assert planned_after_editing("analysis/stats.py") == {"aggregate", "figures", "paper_macros", "paper"}
+    assert planned_after_editing("report/figures.py") == {"figures", "paper_macros", "paper"}
+    assert planned_after_editing("report/stats.py") == {"aggregate", "figures", "paper_macros", "paper"}
     assert planned_after_editing("analysis/paper.py") == {"paper_macros", "paper"}
 
 
@@ -361,8 +361,8 @@ def test_editing_analysis_code_reruns_the_rules_that_run_it(tmp_path):
 def _stats_numbers(stats_csv: Path) -> list[str]:
     """Formatted IQM values of the statistics table, as the paper prints them (per environment: the
     rows pooling the environments, env == "all", are not in the success-rate tables)."""
-    from lore.analysis.aggregate import ALL_ENVS
-    from lore.analysis.latex import formatter_for
+    from lore.report.aggregate import ALL_ENVS
+    from lore.report.latex import formatter_for
 
     stats = pd.read_csv(stats_csv)
     numbers = []

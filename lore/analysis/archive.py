@@ -4,7 +4,7 @@ An entry holds what the comparisons, tables, figures and the paper read from a r
 ``config.yaml`` (the resolved config) and ``done`` (the run's summary with its provenance: commit, dirty
 tree, versions, threads, wall and CPU time) as written, ``eval.csv`` whole, and ``episodes.csv``,
 ``metrics.csv`` and ``llm_calls.jsonl`` cut to the columns and fields the analysis reads. An entry is a
-run directory that :func:`lore.analysis.runs.load_run` reads like any other.
+run directory that :func:`lore.report.runs.load_run` reads like any other.
 
 A run's key is ``<ablation>-<hash>``, the hash of its identity: the resolved settings that differ from the
 defaults of the code reading it (seed and cache paths excluded). A setting added later with a default that
@@ -58,7 +58,7 @@ MAX_FILE_BYTES = 16 << 20
 TEMP_PREFIX = ".seed"
 """The start of the hidden name an entry is written under before it is renamed (``.seed<k>.<random>``)."""
 
-MAX_STEP = 10**12  # as lore.analysis.runs.MAX_STEP (not imported: it loads pandas)
+MAX_STEP = 10**12  # as lore.report.runs.MAX_STEP (not imported: it loads pandas)
 MAX_SECONDS = 366 * 24 * 3600
 """A wall or CPU time above a year is not a run's."""
 MAX_COUNT = 10**12
@@ -91,7 +91,7 @@ METRIC_COLUMNS = (
     "u_value_ratio_agree", "u_disagreement_ratio_disagree", "u_disagreement_ratio_agree",
     "steps_per_s", "update_ms", "update_time_frac", "llm_calls", "llm_cache_hits", "llm_failures",
 )
-"""The ``metrics.csv`` columns that the tables, figures and paper read (lore.analysis.aggregate, .figures), and
+"""The ``metrics.csv`` columns that the tables, figures and paper read (lore.report.aggregate, .figures), and
 the advice trust's evidence, so that the mechanism can be re-analysed without training again."""
 
 
@@ -703,7 +703,7 @@ def check_entry(path: Path, root: Path) -> Entry:
     """One archive entry, checked: layout, required files, identity, done against every table's rows, numbers
     within bounds, readable tables (a retired entry as fully as any other; :attr:`Entry.retired` says it is
     one). The entry folder itself must be a folder, not a link."""
-    from lore.analysis.runs import RunDataError, load_run
+    from lore.report.runs import RunDataError, load_run
 
     parts = path.relative_to(root).parts
     if parts and parts[-1].startswith(TEMP_PREFIX):

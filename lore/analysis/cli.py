@@ -23,11 +23,11 @@ import sys
 import time
 from pathlib import Path
 
-from lore.analysis.aggregate import AnalysisSettings
+from lore.report.aggregate import AnalysisSettings
 
 
 def _settings_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("statistics (defaults: lore.analysis.aggregate.AnalysisSettings)")
+    g = p.add_argument_group("statistics (defaults: lore.report.aggregate.AnalysisSettings)")
     g.add_argument("--settings", help="YAML mapping of AnalysisSettings fields (e.g. the workflow's analysis: section)")
     g.add_argument("--budgets", type=int, nargs="+", help="env-step budgets at which SR is compared")
     g.add_argument("--env-budget", action="append", default=[], metavar="ENV=B1,B2",
@@ -90,7 +90,7 @@ def _read_run_list(path: str) -> list[Path]:
 
 
 def _run_dirs(args: argparse.Namespace) -> list[Path]:
-    from lore.analysis.runs import find_run_dirs
+    from lore.report.runs import find_run_dirs
 
     dirs = [Path(d) for d in args.run_dirs]
     if args.run_list:
@@ -108,14 +108,14 @@ def _given_files(args: argparse.Namespace) -> list[Path]:
 
 
 def _run_files(dirs: list[Path]) -> list[Path]:
-    from lore.analysis.runs import RUN_FILES
+    from lore.report.runs import RUN_FILES
 
     return [*dirs, *(d / name for d in dirs for name in RUN_FILES)]
 
 
 def _outputs_checked(out: str, outputs: list[Path], inputs: list[Path]) -> list[Path]:
     """--out is a folder (or not there yet) and no output is an input; returns ``outputs``."""
-    from lore.analysis.outputs import check_apart, check_folder
+    from lore.report.outputs import check_apart, check_folder
 
     check_folder(out, "--out")
     check_apart([Path(out), *outputs], inputs)
@@ -161,10 +161,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _aggregate(args) -> None:
-    from lore.analysis.aggregate import Tables, aggregate
-    from lore.analysis.latex import TABLE_FILES, latex_texts
-    from lore.analysis.outputs import remove_stale_temporaries, write_text
-    from lore.analysis.runs import load_runs
+    from lore.report.aggregate import Tables, aggregate
+    from lore.report.latex import TABLE_FILES, latex_texts
+    from lore.report.outputs import remove_stale_temporaries, write_text
+    from lore.report.runs import load_runs
 
     settings = settings_from_args(args)
     start = time.perf_counter()
@@ -186,10 +186,10 @@ def _aggregate(args) -> None:
 
 
 def _figures(args) -> None:
-    from lore.analysis.aggregate import Tables
-    from lore.analysis.figures import figure_paths, make_figures
-    from lore.analysis.outputs import remove_stale_temporaries
-    from lore.analysis.runs import load_runs
+    from lore.report.aggregate import Tables
+    from lore.report.figures import figure_paths, make_figures
+    from lore.report.outputs import remove_stale_temporaries
+    from lore.report.runs import load_runs
 
     settings = settings_from_args(args)
     dirs = _run_dirs(args)
@@ -203,9 +203,9 @@ def _figures(args) -> None:
 
 
 def _paper_macros(args) -> None:
-    from lore.analysis.aggregate import Tables
-    from lore.analysis.outputs import remove_stale_temporaries
     from lore.analysis.paper import GENERATED_FILES, write_generated
+    from lore.report.aggregate import Tables
+    from lore.report.outputs import remove_stale_temporaries
 
     settings = settings_from_args(args)
     outputs = _outputs_checked(args.out, [Path(args.out) / n for n in GENERATED_FILES],
@@ -217,8 +217,8 @@ def _paper_macros(args) -> None:
 
 
 def _paper_build(args) -> None:
-    from lore.analysis.outputs import check_apart, check_file
     from lore.analysis.paper import build_pdf
+    from lore.report.outputs import check_apart, check_file
 
     outputs = [Path(args.out)] + ([Path(args.log)] if args.log else [])
     for path, flag in zip(outputs, ("--out", "--log"), strict=False):
@@ -235,8 +235,8 @@ def _paper_build(args) -> None:
 
 
 def _benchmark_report(args) -> None:
-    from lore.analysis.aggregate import Tables
-    from lore.analysis.benchmark_report import report_paths, write_report
+    from lore.report.aggregate import Tables
+    from lore.report.benchmark_report import report_paths, write_report
 
     settings = settings_from_args(args)
     paths = report_paths(args.tables, args.figures, args.out)
@@ -253,8 +253,8 @@ COMMANDS = {"aggregate": _aggregate, "figures": _figures, "paper-macros": _paper
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    from lore.analysis.outputs import OutputError
     from lore.analysis.paper import PaperBuildError
+    from lore.report.outputs import OutputError
 
     try:
         COMMANDS[args.command](args)

@@ -23,7 +23,7 @@ from lore.analysis.experiment_plan import RESULTS_DIR, PlannedRun, comparisons, 
 
 CONFIDENCE, RESAMPLES = 0.95, 2000
 STATISTICS = "exact-paired-bootstrap"
-"""How paired intervals are computed (:func:`lore.analysis.stats.paired_interval`: no resampling seed), as
+"""How paired intervals are computed (:func:`lore.report.stats.paired_interval`: no resampling seed), as
 records name it; :data:`LEGACY_STATISTICS` is how records that name none were computed."""
 LEGACY_STATISTICS = "bootstrap-2000"
 """Monte-Carlo paired bootstrap, 2,000 resamples, seed 0 (records written before they named their statistics)."""
@@ -33,9 +33,9 @@ def run_metrics_table(pairs: list[tuple[PlannedRun, Path]]):
     """One row per finished planned run: env, arm, seed and every metric of :data:`METRICS` it has."""
     import pandas as pd
 
-    from lore.analysis.aggregate import run_table
-    from lore.analysis.runs import ACHIEVEMENT_PREFIX, load_run
-    from lore.analysis.settings import AnalysisSettings
+    from lore.report.aggregate import run_table
+    from lore.report.runs import ACHIEVEMENT_PREFIX, load_run
+    from lore.report.settings import AnalysisSettings
 
     rows = []
     for run, folder in pairs:
@@ -57,9 +57,9 @@ def experiment_figure(decl: Declaration, pairs: list[tuple[PlannedRun, Path]], o
     (mean over seeds with its 95% bootstrap band), one panel per env and arm."""
     import pandas as pd
 
-    from lore.analysis.figures import plot_success_curves
-    from lore.analysis.runs import load_run
-    from lore.analysis.settings import AnalysisSettings
+    from lore.report.figures import plot_success_curves
+    from lore.report.runs import load_run
+    from lore.report.settings import AnalysisSettings
 
     frames = []
     for run, folder in pairs:
@@ -84,7 +84,7 @@ def experiment_figure(decl: Declaration, pairs: list[tuple[PlannedRun, Path]], o
 
 def distinct_at_last_eval(eval_points) -> float:
     """How many Crafter achievements the last evaluation of one run unlocked (in any of its episodes)."""
-    from lore.analysis.runs import ACHIEVEMENT_PREFIX
+    from lore.report.runs import ACHIEVEMENT_PREFIX
 
     ach = [c for c in eval_points.columns if c.startswith(ACHIEVEMENT_PREFIX)]
     last = eval_points.loc[eval_points["env_step"].idxmax(), ach]
@@ -98,7 +98,7 @@ def compare_pair(x: dict[int, float], y: dict[int, float], seed: int = 0, statis
         raise ValueError(f"statistics {statistics!r}: not one of {STATISTICS}, {LEGACY_STATISTICS}")
     import numpy as np
 
-    from lore.analysis import stats as st
+    from lore.report import stats as st
 
     xs = {s: v for s, v in x.items() if v is not None and math.isfinite(v)}
     ys = {s: v for s, v in y.items() if v is not None and math.isfinite(v)}
@@ -257,7 +257,7 @@ def arm_table(decl: Declaration, metrics_table):
     import numpy as np
     import pandas as pd
 
-    from lore.analysis import stats as st
+    from lore.report import stats as st
 
     rows = []
     for env in decl.envs:

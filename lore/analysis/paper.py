@@ -16,10 +16,10 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from lore.analysis.aggregate import AnalysisSettings, Tables
-from lore.analysis.latex import TABLE_FILES, latex_texts
-from lore.analysis.outputs import copy_file, write_text
 from lore.analysis.paper_macros import macros_tex
+from lore.report.aggregate import AnalysisSettings, Tables
+from lore.report.latex import TABLE_FILES, latex_texts
+from lore.report.outputs import copy_file, write_text
 
 LATEX_INSTALL_HINT = (
     "install TeX Live, e.g. on Debian/Ubuntu: apt-get install texlive-latex-base texlive-latex-recommended "

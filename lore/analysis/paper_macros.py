@@ -8,27 +8,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from lore.analysis.aggregate import ALL_ENVS, TRAIN_TAIL_FRACTION, AnalysisSettings, Tables
-from lore.analysis.latex import (
-    LORENUM_DEF,
-    MISSING,
-    _cell,
-    _float,
-    _tabular,
-    ablation_tex,
-    env_label,
-    env_names,
-    escape,
-    few,
-    fmt_rate,
-    fmt_signed,
-    label_slug,
-    n_runs,
-    name_tex,
-    num,
-    seeds_caption,
-    stat_cell,
-)
 from lore.analysis.paper_method import (
     abstract_grid,
     advisor_sentence,
@@ -58,6 +37,27 @@ from lore.analysis.paper_results import (
     headline_sentence,
     llm_cost_sentence,
     original_metric_sentence,
+)
+from lore.report.aggregate import ALL_ENVS, TRAIN_TAIL_FRACTION, AnalysisSettings, Tables
+from lore.report.latex import (
+    LORENUM_DEF,
+    MISSING,
+    _cell,
+    _float,
+    _tabular,
+    ablation_tex,
+    env_label,
+    env_names,
+    escape,
+    few,
+    fmt_rate,
+    fmt_signed,
+    label_slug,
+    n_runs,
+    name_tex,
+    num,
+    seeds_caption,
+    stat_cell,
 )
 
 VERDICT_WORD = {"better": "improves", "worse": "worse", "unclear": "no evidence"}

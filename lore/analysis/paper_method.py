@@ -14,16 +14,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from lore.analysis.aggregate import AnalysisSettings, Tables
-from lore.analysis.latex import (
-    ablation_tex,
-    env_label,
-    escape,
-    few,
-    fmt_signed,
-    name_tex,
-    num,
-)
 from lore.analysis.paper_numbers import (
     _join,
     _range_text,
@@ -34,6 +24,16 @@ from lore.analysis.paper_numbers import (
     mechanisms,
     seeds_per_arm,
     uses_llm,
+)
+from lore.report.aggregate import AnalysisSettings, Tables
+from lore.report.latex import (
+    ablation_tex,
+    env_label,
+    escape,
+    few,
+    fmt_signed,
+    name_tex,
+    num,
 )
 
 BACKEND_TEXT = {"scripted": "an offline scripted advisor", "gemini": "Google Gemini",

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from lore.analysis import stats as st
-from lore.analysis.aggregate import ALL_ENVS, TRAIN_TAIL_FRACTION, AnalysisSettings, Tables, budget_metric
-from lore.analysis.latex import (
+from lore.report import stats as st
+from lore.report.aggregate import ALL_ENVS, TRAIN_TAIL_FRACTION, AnalysisSettings, Tables, budget_metric
+from lore.report.latex import (
     FEW_SEEDS,
     IQM_TRIMS_FROM,
     MISSING,
@@ -386,7 +386,7 @@ def setup_macros(tables: Tables, settings: AnalysisSettings, env: str | None) ->
                             for v in values})
         return " or ".join(formatted)
 
-    from lore.analysis.figures import CALL_DENSITY_STEPS
+    from lore.report.figures import CALL_DENSITY_STEPS
 
     return {
         "loreNumRuns": str(len(runs)),

@@ -10,24 +10,6 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from lore.analysis import stats as st
-from lore.analysis.aggregate import TRAIN_TAIL_FRACTION, AnalysisSettings, Tables, budget_metric
-from lore.analysis.latex import (
-    DAGGER,
-    FEW_SEEDS,
-    IQM_TRIMS_FROM,
-    MISSING,
-    ablation_tex,
-    budgets_shown,
-    env_label,
-    few,
-    fmt_count,
-    fmt_rate,
-    fmt_steps,
-    label_slug,
-    name_tex,
-    num,
-)
 from lore.analysis.paper_numbers import (
     ORIGINAL_CLAIM,
     _diff_text,
@@ -47,6 +29,24 @@ from lore.analysis.paper_numbers import (
     headline_budget,
     mechanisms,
     uses_prior,
+)
+from lore.report import stats as st
+from lore.report.aggregate import TRAIN_TAIL_FRACTION, AnalysisSettings, Tables, budget_metric
+from lore.report.latex import (
+    DAGGER,
+    FEW_SEEDS,
+    IQM_TRIMS_FROM,
+    MISSING,
+    ablation_tex,
+    budgets_shown,
+    env_label,
+    few,
+    fmt_count,
+    fmt_rate,
+    fmt_steps,
+    label_slug,
+    name_tex,
+    num,
 )
 
 # Goals from the design brief (targets we set before running anything, not results).

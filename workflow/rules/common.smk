@@ -69,7 +69,7 @@ FIGURE_NAMES += ["crafter_achievements"] if any(env in CRAFTER_ENV_NAMES for env
 GENERATED_FILES = [f"{GENERATED}/{name}.tex" for name in ("macros", "sr_table", "efficiency_table", "crafter_table", "ablation_table")]
 
 # The benchmark report (`benchmark_report: {out: ...}`, config/benchmark.yaml): what
-# lore.analysis.benchmark_report.write_report writes (REPORT_FIGURES, REPORT_TABLES there; names kept
+# lore.report.benchmark_report.write_report writes (REPORT_FIGURES, REPORT_TABLES there; names kept
 # here so that a dry run does not import pandas).
 BENCHMARK_REPORT_DIR = os.path.normpath(config["benchmark_report"]["out"]) if config.get("benchmark_report") else None
 BENCHMARK_REPORT_FIGURES = ["fig1_success", "prior_dynamics", "kl_traces"]
@@ -161,8 +161,8 @@ def shared_cache(wildcards):
 # tests/test_workflow.py checks these lists against the modules the commands load.
 # the Crafter score is Crafter's (lore/envs/crafter.py), and importing it loads the envs package
 _ENVS_CODE = ["envs/base", "envs/crafter", "envs/factory", "envs/minigrid", "envs/vector"]
-_TABLES_CODE = ["analysis/cli", "analysis/aggregate", "analysis/runs", "analysis/stats", "analysis/settings",
-                "analysis/latex", "analysis/synthetic", "analysis/outputs", "utils/io", "ablations", *_ENVS_CODE]
+_TABLES_CODE = ["analysis/cli", "report/aggregate", "report/runs", "report/stats", "report/settings",
+                "report/latex", "report/synthetic", "report/outputs", "utils/io", "ablations", *_ENVS_CODE]
 # lore.analysis.paper and the modules it assembles macros.tex from
 _PAPER_CODE = ["analysis/paper", "analysis/paper_macros", "analysis/paper_numbers", "analysis/paper_results",
                "analysis/paper_method"]
@@ -170,12 +170,12 @@ _PAPER_CODE = ["analysis/paper", "analysis/paper_macros", "analysis/paper_number
 _CONFIG_CODE = [f"config/{path.stem}" for path in sorted((REPO / "lore" / "config").glob("*.py"))]
 ANALYSIS_CODE = {
     "aggregate": _TABLES_CODE,
-    "figures": _TABLES_CODE + ["analysis/figures"],
-    "paper_macros": _TABLES_CODE + ["analysis/figures", *_PAPER_CODE, *_CONFIG_CODE],
+    "figures": _TABLES_CODE + ["report/figures"],
+    "paper_macros": _TABLES_CODE + ["report/figures", *_PAPER_CODE, *_CONFIG_CODE],
     # paper-build only compiles the TeX, but loading lore.analysis.paper loads the table code too
-    "paper": ["analysis/cli", *_PAPER_CODE, "analysis/aggregate", "analysis/latex", "analysis/runs",
-              "analysis/settings", "analysis/stats", "analysis/outputs", "utils/io", *_ENVS_CODE],
-    "benchmark_report": _TABLES_CODE + ["analysis/benchmark_report"],
+    "paper": ["analysis/cli", *_PAPER_CODE, "report/aggregate", "report/latex", "report/runs",
+              "report/settings", "report/stats", "report/outputs", "utils/io", *_ENVS_CODE],
+    "benchmark_report": _TABLES_CODE + ["report/benchmark_report"],
 }
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from lore.analysis.aggregate import ALL_ENVS, AnalysisSettings, Tables, budget_metric
-from lore.analysis.outputs import write_text
+from lore.report.aggregate import ALL_ENVS, AnalysisSettings, Tables, budget_metric
+from lore.report.outputs import write_text
 
 MISSING = "--"
 
@@ -171,7 +171,7 @@ def crafter_achievement_count() -> int:
 
         return len(constants.achievements)
     except Exception:  # noqa: BLE001 - crafter is optional for the analysis
-        from lore.analysis.synthetic import CRAFTER_DIFFICULTY
+        from lore.report.synthetic import CRAFTER_DIFFICULTY
 
         return len(CRAFTER_DIFFICULTY)
 
