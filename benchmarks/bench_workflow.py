@@ -66,7 +66,7 @@ def bench_experiments_dry_run(repeats: int = 3) -> dict:
 
 
 def bench_analysis() -> dict:
-    from lore.analysis.paper import write_generated
+    from lore.paper.build import write_generated
     from lore.report.aggregate import AnalysisSettings, aggregate
     from lore.report.figures import make_figures
     from lore.report.latex import write_latex_tables

@@ -6,7 +6,7 @@
     lore eval --run-dir results/runs/x --episodes 20 --with-prior   # evaluate a run's checkpoint
     lore status [results] [--config config/paper.yaml]        # every run: state, step, steps/s, eval SR, ETA
     lore experiments check|plan|try|compare|recheck|note|log  # declared experiments
-    lore aggregate|figures|paper-macros ...                   # analysis (see lore.analysis.cli)
+    lore aggregate|figures|paper-macros ...                   # analysis (see lore.report.cli, lore.paper.cli)
 
 Every error is one line on stderr naming the problem, with exit status 2 (bad input) or
 1 (runtime failure); a preempted run exits 143 after writing its checkpoint.
@@ -129,10 +129,14 @@ def main(argv: list[str] | None = None) -> int:
         from lore.analysis.experiments import main as experiments_main
 
         return experiments_main(argv[1:])
-    if argv and argv[0] in ANALYSIS_COMMANDS:
-        from lore.analysis.cli import main as analysis_main
+    if argv and argv[0] == "paper-macros":
+        from lore.paper.cli import main as paper_main
 
-        return analysis_main(argv) or 0
+        return paper_main(argv) or 0
+    if argv and argv[0] in ANALYSIS_COMMANDS:
+        from lore.report.cli import main as report_main
+
+        return report_main(argv) or 0
     args = build_parser().parse_args(argv)
     log_to_stderr()
     from lore.config import ConfigError

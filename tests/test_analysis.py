@@ -9,11 +9,11 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
+from workflow_helpers import analysis_main
 
-from lore.analysis.cli import main as analysis_main
-from lore.analysis.paper import write_generated
-from lore.analysis.paper_macros import macros_tex
 from lore.envs.crafter import crafter_score
+from lore.paper.build import write_generated
+from lore.paper.macros import macros_tex
 from lore.report import stats as st
 from lore.report.aggregate import AnalysisSettings, Tables, aggregate
 from lore.report.latex import fmt_ci, fmt_rate, fmt_steps
@@ -424,8 +424,8 @@ def test_loop_metrics_take_the_whole_run_figures_and_the_report_tabulates_the_sh
 
 
 def test_kl_sentence_says_within_or_above_the_bound_from_the_numbers():
-    from lore.analysis.paper_method import kl_sentence
-    from lore.analysis.paper_numbers import cfg_number
+    from lore.paper.method import kl_sentence
+    from lore.paper.numbers import cfg_number
     from lore.report.aggregate import prior_run_metrics
 
     def tables(kl_max):
@@ -469,8 +469,8 @@ def findings_grid(tmp_path):
 
 
 def test_findings_wording_follows_the_statistics(findings_grid):
-    from lore.analysis.paper_numbers import comparison_pairs, comparisons
-    from lore.analysis.paper_results import findings_summary, findings_text
+    from lore.paper.numbers import comparison_pairs, comparisons
+    from lore.paper.results import findings_summary, findings_text
 
     tables, settings = findings_grid
     assert comparison_pairs(tables, settings, ENV) == [
@@ -489,7 +489,7 @@ def test_findings_wording_follows_the_statistics(findings_grid):
 
 
 def test_train_sr_gap_and_untrained_floor_from_the_runs(tmp_path):
-    from lore.analysis.paper_results import chance_text, gap_text
+    from lore.paper.results import chance_text, gap_text
 
     # 4000 steps: the last quarter holds the episodes ending after 3000 (two of three succeed).
     episodes = {"episode_steps": [500, 1500, 3200, 3600, 3900], "train_success": [0, 0, 1, 1, 0]}
@@ -526,9 +526,9 @@ def test_sr_table_and_iqm_figure_show_the_last_budget_once_when_it_is_the_end(kn
 
 
 def test_setup_text_reports_what_ran(findings_grid):
-    from lore.analysis.paper_method import advisor_sentence, arms_text, grid_sentence
-    from lore.analysis.paper_numbers import setup_macros
-    from lore.analysis.paper_results import goal_items
+    from lore.paper.method import advisor_sentence, arms_text, grid_sentence
+    from lore.paper.numbers import setup_macros
+    from lore.paper.results import goal_items
 
     tables, settings = findings_grid
     assert plain(grid_sentence(tables)) == (
@@ -560,8 +560,8 @@ def _method_tables(**arms: dict) -> Tables:
 
 
 def test_method_text_for_the_new_full_names_neither_gate_nor_temperature_alignment():
-    from lore.analysis.paper_method import arms_text, full_components
-    from lore.analysis.paper_results import goal_items
+    from lore.paper.method import arms_text, full_components
+    from lore.paper.results import goal_items
 
     tables = _method_tables(full=NEW_FULL, kl_adversarial={**NEW_FULL, "prior.trust": False,
                                                            "advisor.mode": "adversarial"},
@@ -613,7 +613,7 @@ def _auc_row(env, arm, low, high):
 
 
 def test_default_choice_is_read_from_the_decide_default_record(tmp_path):
-    from lore.analysis.paper_method import default_choice_sentence
+    from lore.paper.method import default_choice_sentence
 
     tables = _method_tables(full=NEW_FULL)
     lava, crossing, doorkey = "MiniGrid-LavaGapS5-v0", "MiniGrid-SimpleCrossingS9N1-v0", "MiniGrid-DoorKey-5x5-v0"
@@ -646,7 +646,7 @@ def test_default_choice_is_read_from_the_decide_default_record(tmp_path):
 
 
 def test_the_crafter_claim_follows_the_crafter_cpu_full_verdict(tmp_path):
-    from lore.analysis.paper_method import crafter_claim_sentence
+    from lore.paper.method import crafter_claim_sentence
 
     def row(vs, metric, low, high):
         return {"env": "crafter", "arm": "full", "vs": vs, "metric": metric, "n_arm": 5, "n_vs": 5,
@@ -688,7 +688,7 @@ def test_act_time_trust_gets_a_figure_row_only_where_it_is_not_the_absorption_tr
 
 
 def test_goals_report_the_unguarded_adversary_beside_the_low_regret_goal():
-    from lore.analysis.paper_results import goal_items
+    from lore.paper.results import goal_items
     from lore.report.settings import AnalysisSettings
 
     def row(arm, iqm, n=5):

@@ -21,9 +21,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from workflow_helpers import snapshot
+from workflow_helpers import analysis_main, snapshot
 
-from lore.analysis.cli import main as analysis_main
 from lore.report.synthetic import write_grid
 
 ENV = "MiniGrid-DoorKey-5x5-v0"

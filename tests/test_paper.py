@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from lore.analysis.paper import write_generated
-from lore.analysis.paper_macros import SENTENCE_MACROS
+from lore.paper.build import write_generated
+from lore.paper.macros import SENTENCE_MACROS
 from lore.report.aggregate import AnalysisSettings, aggregate
 from lore.report.runs import load_runs
 from lore.report.synthetic import SyntheticRun, run_dir_for, write_run
@@ -55,7 +55,7 @@ def built(generated):
     """The PDF and its LaTeX log (skips without pdflatex)."""
     if shutil.which("pdflatex") is None:
         pytest.skip("pdflatex not found: install TeX Live to build the paper")
-    from lore.analysis.paper import build_pdf
+    from lore.paper.build import build_pdf
     from lore.report.figures import make_figures
 
     root = generated["root"]

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from workflow_helpers import CONFIG_DIR, REPO, job_counts, run_snakemake
 
-from lore.analysis import readme as rd
+from lore.paper import readme as rd
 
 README = REPO / "README.md"
 
@@ -70,7 +70,7 @@ def test_every_relative_link_of_the_readme_and_the_guides_resolves():
 def test_the_headline_table_is_generated_from_the_benchmark_summary():
     text = README.read_text()
     assert rd.with_headline(text, rd.headline_table(REPO / "docs" / "benchmark" / "summary.csv")) == text, \
-        "README's headline table is stale: python -m lore.analysis.readme"
+        "README's headline table is stale: python -m lore.paper.readme"
     block = text.split(rd.START, 1)[1].split(rd.END, 1)[0]
     assert block.count("\n| ") >= 4 and "[" in block  # rows with CIs
 
@@ -78,7 +78,7 @@ def test_the_headline_table_is_generated_from_the_benchmark_summary():
 def test_the_headline_refuses_a_summary_without_its_columns(tmp_path):
     bad = tmp_path / "summary.csv"
     bad.write_text("env,arm\nx,full\n")
-    proc = subprocess.run([sys.executable, "-m", "lore.analysis.readme", "--summary", str(bad), "--readme",
+    proc = subprocess.run([sys.executable, "-m", "lore.paper.readme", "--summary", str(bad), "--readme",
                            str(README), "--check"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "auc_mean" in proc.stderr and "\n" not in proc.stderr.strip()
 

@@ -302,12 +302,14 @@ def test_analysis_rules_declare_the_code_their_commands_load(tmp_path):
     proc = run_snakemake(tmp_path / "work", "-n", configfile=configfile, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     planned = _planned_inputs(proc.stdout + proc.stderr)
-    entry = {"aggregate": ["aggregate", "latex", "runs"], "figures": ["aggregate", "figures", "runs"],
-             "paper_macros": ["aggregate", "paper"], "paper": ["paper"], "benchmark_report": ["benchmark_report"]}
+    entry = {"aggregate": ["report.cli", "report.aggregate", "report.latex", "report.runs"],
+             "figures": ["report.cli", "report.aggregate", "report.figures", "report.runs"],
+             "paper_macros": ["paper.cli", "report.aggregate", "paper.build"], "paper": ["paper.cli", "paper.build"],
+             "benchmark_report": ["report.cli", "report.benchmark_report"]}
     for rule, modules in entry.items():
         code = {Path(p).relative_to(REPO).as_posix() for p in planned[rule][0] if p.endswith(".py")}
         script = ("import importlib, sys\n"
-                  f"for m in {['lore.analysis.cli'] + [f'lore.analysis.{m}' for m in modules]}: "
+                  f"for m in {[f'lore.{m}' for m in modules]}: "
                   "importlib.import_module(m)\n"
                   "print(' '.join(m.__file__ for n, m in sys.modules.items() if n.startswith('lore.')))")
         loaded = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
@@ -352,7 +354,7 @@ def test_editing_analysis_code_reruns_the_rules_that_run_it(tmp_path):
     assert planned_after_editing("analysis/grid.py") == set()  # the workflow's own helper: no analysis rule
     assert planned_after_editing("report/figures.py") == {"figures", "paper_macros", "paper"}
     assert planned_after_editing("report/stats.py") == {"aggregate", "figures", "paper_macros", "paper"}
-    assert planned_after_editing("analysis/paper.py") == {"paper_macros", "paper"}
+    assert planned_after_editing("paper/build.py") == {"paper_macros", "paper"}
 
 
 # --------------------------------------------------------------------------- end to end (minutes)

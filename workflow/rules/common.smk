@@ -156,24 +156,24 @@ def shared_cache(wildcards):
     return shared_cache_input(config, wildcards.ablation)
 
 
-# The code each analysis rule runs (its `python -m lore.analysis.cli <command>` and every lore module
-# that command imports), declared as inputs: editing it reruns the rule and what depends on it.
+# The code each analysis rule runs (its `python -m lore.report.cli <command>` or `lore.paper.cli <command>`
+# and every lore module that command imports), declared as inputs: editing it reruns the rule and what
+# depends on it.
 # tests/test_workflow.py checks these lists against the modules the commands load.
 # the Crafter score is Crafter's (lore/envs/crafter.py), and importing it loads the envs package
 _ENVS_CODE = ["envs/base", "envs/crafter", "envs/factory", "envs/minigrid", "envs/vector"]
-_TABLES_CODE = ["analysis/cli", "report/aggregate", "report/runs", "report/stats", "report/settings",
+_TABLES_CODE = ["report/cli", "report/aggregate", "report/runs", "report/stats", "report/settings",
                 "report/latex", "report/synthetic", "report/outputs", "utils/io", "ablations", *_ENVS_CODE]
-# lore.analysis.paper and the modules it assembles macros.tex from
-_PAPER_CODE = ["analysis/paper", "analysis/paper_macros", "analysis/paper_numbers", "analysis/paper_results",
-               "analysis/paper_method"]
+# the paper's commands, lore.paper.build and the modules it assembles macros.tex from
+_PAPER_CODE = ["paper/cli", "paper/build", "paper/macros", "paper/numbers", "paper/results", "paper/method"]
 # the defaults the paper quotes come from lore.config, a package: every module of it
 _CONFIG_CODE = [f"config/{path.stem}" for path in sorted((REPO / "lore" / "config").glob("*.py"))]
 ANALYSIS_CODE = {
     "aggregate": _TABLES_CODE,
     "figures": _TABLES_CODE + ["report/figures"],
     "paper_macros": _TABLES_CODE + ["report/figures", *_PAPER_CODE, *_CONFIG_CODE],
-    # paper-build only compiles the TeX, but loading lore.analysis.paper loads the table code too
-    "paper": ["analysis/cli", *_PAPER_CODE, "report/aggregate", "report/latex", "report/runs",
+    # paper-build only compiles the TeX, but loading lore.paper.build (and lore.report.cli) loads the table code
+    "paper": ["report/cli", *_PAPER_CODE, "report/aggregate", "report/latex", "report/runs",
               "report/settings", "report/stats", "report/outputs", "utils/io", *_ENVS_CODE],
     "benchmark_report": _TABLES_CODE + ["report/benchmark_report"],
 }
@@ -309,4 +309,4 @@ def readme_headline_command(wildcards, output):
     out = os.path.dirname(output.readme)
     if os.path.normpath(out) != "docs/benchmark":
         return ""
-    return f"&& python -m lore.analysis.readme --summary {out}/summary.csv --readme README.md"
+    return f"&& python -m lore.paper.readme --summary {out}/summary.csv --readme README.md"

@@ -1,6 +1,6 @@
 """``macros.tex``: every statistic and setup value as a macro, the generated sentences, and the findings
-and train-vs-eval tables, assembled from :mod:`lore.analysis.paper_numbers`,
-:mod:`lore.analysis.paper_results` and :mod:`lore.analysis.paper_method`.
+and train-vs-eval tables, assembled from :mod:`lore.paper.numbers`,
+:mod:`lore.paper.results` and :mod:`lore.paper.method`.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from lore.analysis.paper_method import (
+from lore.paper.method import (
     abstract_grid,
     advisor_sentence,
     arms_text,
@@ -19,7 +19,7 @@ from lore.analysis.paper_method import (
     kl_sentence,
     trust_sentence,
 )
-from lore.analysis.paper_numbers import (
+from lore.paper.numbers import (
     _stat,
     comparisons,
     grid_arms,
@@ -28,7 +28,7 @@ from lore.analysis.paper_numbers import (
     stat_macros,
     uses_prior,
 )
-from lore.analysis.paper_results import (
+from lore.paper.results import (
     chance_text,
     findings_summary,
     findings_text,

@@ -1,6 +1,6 @@
 """The paper's sentences about what the runs found: the headline, the findings and their verdicts,
 the gap between training and evaluation, chance level, the design goals, the original prototype's
-metric and the LLM cost. Every number in them comes from :mod:`lore.analysis.paper_numbers`.
+metric and the LLM cost. Every number in them comes from :mod:`lore.paper.numbers`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from lore.analysis.paper_numbers import (
+from lore.paper.numbers import (
     ORIGINAL_CLAIM,
     _diff_text,
     _improve,

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from lore.analysis.paper_numbers import (
+from lore.paper.numbers import (
     _join,
     _range_text,
     _runs_of,
