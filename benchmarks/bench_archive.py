@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def entry_sizes(root: Path) -> list[int]:
-    from lore.analysis.archive import index_archive
+    from lore.archive import index_archive
 
     return sorted(sum(f.stat().st_size for f in p.iterdir()) for p in index_archive(root).values())
 

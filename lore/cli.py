@@ -209,7 +209,7 @@ def _train(cfg, args) -> int:
 
         write_finished_line(args.run_dir, args.finished_line)
     if args.archive and not args.restore_only and not summary.get("restored"):  # a restored run is its entry
-        from lore.analysis.archive import ArchiveError, archive_run
+        from lore.archive import ArchiveError, archive_run
 
         try:
             entry, _ = archive_run(args.run_dir, args.archive)
@@ -227,7 +227,7 @@ def _train(cfg, args) -> int:
 
 def _restore(cfg, args) -> dict | int | None:
     """The run restored from the archive ``args.archive`` (a summary), an exit code, or None to train it."""
-    from lore.analysis.archive import ArchiveError, restore_run
+    from lore.archive import ArchiveError, restore_run
     from lore.config import to_dict
 
     try:
@@ -240,14 +240,14 @@ def _restore(cfg, args) -> dict | int | None:
 def _archive(args) -> int:
     from pathlib import Path
 
-    from lore.analysis import archive as ar
+    from lore import archive as ar
 
     folder = args.archive if args.command == "reproduce" else args.to
     if not folder.strip():
         return fail(f"{'--archive' if args.command == 'reproduce' else '--to'}: empty folder name")
     try:
         if args.command == "reproduce":
-            from lore.analysis.reproduce import reproduce_sample
+            from lore.archive.reproduce import reproduce_sample
             from lore.llm import LLMConfigError
             from lore.train.checkpoint import CheckpointError
             from lore.train.trainer import Preempted

@@ -11,11 +11,12 @@ import pytest
 import yaml
 from workflow_helpers import REPO, job_counts, run_snakemake
 
-from lore.analysis import archive as ar
+from lore import archive as ar
 from lore.analysis import launch
 from lore.analysis.experiment_compare import compare_experiment
 from lore.analysis.experiment_declaration import load_declaration
 from lore.analysis.experiment_plan import RESULTS_DIR, PlannedRun, plan, run_dirs
+from lore.archive.check import entry_dirs
 from lore.cli import main as lore_main
 
 DOORKEY = "MiniGrid-DoorKey-5x5-v0"
@@ -482,7 +483,7 @@ def test_a_retired_entry_at_its_neutral_value_is_an_ordinary_entry(tmp_path, ret
 
 
 def test_a_retired_entry_cannot_be_reproduced_and_says_so_in_one_line(retired_archive, tmp_path, capsys):
-    from lore.analysis.reproduce import reproduce, sample_entries
+    from lore.archive.reproduce import reproduce, sample_entries
 
     archive, old, now = retired_archive
     assert lore_main(["reproduce", "--archive", str(archive), "--match", old.parent.name]) == 2
@@ -505,7 +506,7 @@ def test_retiring_a_variants_setting_keeps_every_archived_key(monkeypatch):
     monkeypatch.setitem(retired.RETIRED, "prior.align_temperature", False)
     root = REPO / ar.ARCHIVE_ROOT
     entries = ar.check_archive(root)  # every entry's config still hashes to its folder's key
-    aligned = {p for p in ar.entry_dirs(root) if (load_yaml(p / "config.yaml").get("prior") or {}).get(
+    aligned = {p for p in entry_dirs(root) if (load_yaml(p / "config.yaml").get("prior") or {}).get(
         "align_temperature") is True}
     assert aligned and {e.path for e in entries if e.retired} == aligned
     assert all(e.retired == (("prior.align_temperature", True),) for e in entries if e.retired)

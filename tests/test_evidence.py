@@ -14,7 +14,8 @@ import pytest
 import yaml
 from workflow_helpers import REPO, job_env
 
-from lore.analysis import archive as ar
+from lore import archive as ar
+from lore.archive import files as archive_files
 from lore.cli import main as lore_main
 
 DOORKEY = "MiniGrid-DoorKey-5x5-v0"
@@ -297,8 +298,8 @@ def test_the_power_rule_flags_fewer_than_five_seeds_and_refuses_an_unknown_arm(t
 def test_a_run_archived_before_the_cut_changed_is_still_its_entry(tmp_path, monkeypatch):
     archive = tmp_path / "runs"
     run = _synthetic(tmp_path / "results" / "r0")
-    monkeypatch.setattr(ar, "METRIC_COLUMNS", ("env_step", "steps_per_s"))  # an older, narrower cut
-    monkeypatch.setattr(ar, "LEDGER_FIELDS", ar.LEDGER_FIELDS[:2])
+    monkeypatch.setattr(archive_files, "METRIC_COLUMNS", ("env_step", "steps_per_s"))  # an older, narrower cut
+    monkeypatch.setattr(archive_files, "LEDGER_FIELDS", archive_files.LEDGER_FIELDS[:2])
     path, new = ar.archive_run(run, archive)
     before = _snapshot(path)
     monkeypatch.undo()  # today's cut keeps more columns: the run is still the entry, which stays as it was

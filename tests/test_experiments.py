@@ -15,7 +15,6 @@ import pytest
 import yaml
 from workflow_helpers import REPO, job_counts, run_snakemake
 
-from lore.analysis.archive import run_key
 from lore.analysis.experiment_compare import (
     LEGACY_STATISTICS,
     compare_experiment,
@@ -27,6 +26,7 @@ from lore.analysis.experiment_compare import (
 from lore.analysis.experiment_declaration import Declaration, declared_names, load_declaration
 from lore.analysis.experiment_log import IMPORTED, LOG, log_markdown
 from lore.analysis.experiment_plan import RESULTS_DIR, PlannedRun, plan, run_dirs
+from lore.archive import run_key
 
 DOORKEY = "MiniGrid-DoorKey-5x5-v0"
 DATA = REPO / "tests" / "data" / "comparisons"

@@ -16,10 +16,10 @@ import math
 import subprocess
 from pathlib import Path
 
-from lore.analysis.archive import commit_counts
 from lore.analysis.experiment_declaration import METRICS, Declaration, load_declaration
 from lore.analysis.experiment_log import UNDECIDED, ExperimentDecided, check_open, commits_text, read_record
 from lore.analysis.experiment_plan import RESULTS_DIR, PlannedRun, comparisons, run_dirs
+from lore.archive import commit_counts
 
 CONFIDENCE, RESAMPLES = 0.95, 2000
 STATISTICS = "exact-paired-bootstrap"

@@ -74,7 +74,7 @@ def decided_record(name: str, root: Path = Path(".")) -> dict | None:
 
 def decided_line(name: str, rec: dict) -> str:
     """The one line that refuses to run a decided experiment again."""
-    from lore.analysis.archive import ARCHIVE_ROOT
+    from lore.archive import ARCHIVE_ROOT
 
     return (f"{name}: decided at {rec.get('commit') or 'an unknown commit'} (verdict: {rec['verdict']}); "
             f"its record is {RECORDS_DIR / f'{name}.json'} and its runs, where archived, are in {ARCHIVE_ROOT}/; "

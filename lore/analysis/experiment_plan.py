@@ -1,5 +1,5 @@
 """The runs an experiment needs: its arms and the baseline's arms it is compared with, each identified
-by its resolved configuration and seed (:func:`lore.analysis.archive.run_key`), so a run shared with the
+by its resolved configuration and seed (:func:`lore.archive.run_key`), so a run shared with the
 baseline or another experiment is trained once and found wherever it finished (:func:`index_runs`).
 
 A decided experiment (:func:`lore.analysis.experiment_log.check_open`) is not planned again: its plan
@@ -12,14 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lore.analysis.archive import (
-    ARCHIVE_ROOT,
-    ArchiveError,
-    finished_run_dirs,
-    index_archive,
-    run_key,
-    saved_identity,
-)
 from lore.analysis.experiment_declaration import (
     BENCHMARK,
     BENCHMARK_CONFIG,
@@ -34,6 +26,14 @@ from lore.analysis.experiment_declaration import (
     run_overrides,
 )
 from lore.analysis.experiment_log import RECORDS_DIR, check_open, decided_record
+from lore.archive import (
+    ARCHIVE_ROOT,
+    ArchiveError,
+    finished_run_dirs,
+    index_archive,
+    run_key,
+    saved_identity,
+)
 
 RESULTS_DIR = Path("results/experiments")
 """Where experiment runs (``runs/<env>/<key>/seed<k>``) and comparisons (``<name>/``) are written."""

@@ -14,9 +14,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lore.analysis.archive import ARCHIVE_ROOT, entry_path
 from lore.analysis.experiment_declaration import ExperimentError, load_declaration
 from lore.analysis.experiment_log import UNDECIDED, read_record, record_path
+from lore.archive import ARCHIVE_ROOT, entry_path
 
 ENV_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 """An environment id as a folder name of the archive (never a path)."""
@@ -113,8 +113,8 @@ def _listed_runs(rec: dict, decl, root: Path, archive: Path) -> list[tuple[objec
 def _listed_run(rec: dict, index: int, item: object, root: Path):
     """Run ``index`` of a record's ``runs`` as a planned run; ExperimentError naming the record and the field
     when it is not one (a key that is no run key, an env that is a path, a seed that is no whole number)."""
-    from lore.analysis.archive import KEY_PATTERN
     from lore.analysis.experiment_plan import PlannedRun
+    from lore.archive import KEY_PATTERN
 
     where = f"{record_path(rec['name'], root)}: runs[{index}]"
     if not isinstance(item, dict):

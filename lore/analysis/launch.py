@@ -22,7 +22,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from lore.analysis.archive import ARCHIVE_ROOT, MAX_SECONDS, is_live
+from lore.archive import ARCHIVE_ROOT, MAX_SECONDS, is_live
 
 ASSUMED_S_PER_STEP = 0.033
 """Seconds per env step assumed when no finished run has the same preset and budget (one thread)."""

@@ -214,7 +214,7 @@ def outputs_lines():
 
 
 # ---------------------------------------------------------------- declared experiments
-from lore.analysis import archive as EXP_ARCHIVE
+from lore import archive as EXP_ARCHIVE
 from lore.analysis import experiment_declaration as EXP_DECL
 from lore.analysis import experiment_log as EXP_LOG
 from lore.analysis import experiment_plan as EXP_PLAN
