@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command in ("archive", "reproduce"):
             return _archive(args)
         if args.command == "status":
-            from lore.analysis.status import status_command
+            from lore.grid.status import status_command
 
             try:
                 return status_command(args.root, args.config, args.json)
@@ -205,7 +205,7 @@ def _train(cfg, args) -> int:
             return fail(e)
         raise
     if args.finished_line:
-        from lore.analysis.status import write_finished_line
+        from lore.grid.status import write_finished_line
 
         write_finished_line(args.run_dir, args.finished_line)
     if args.archive and not args.restore_only and not summary.get("restored"):  # a restored run is its entry

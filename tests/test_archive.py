@@ -384,7 +384,7 @@ def test_a_run_of_its_own_is_not_replaced_and_a_broken_entry_is_refused(entry, t
 
 
 def test_a_grid_with_an_archive_passes_it_to_every_training():
-    from lore.analysis.grid import train_command_args
+    from lore.grid.workflow import train_command_args
 
     base = {"envs": [DOORKEY], "ablations": ["rl_only"], "seeds": [0], "run": {"train.steps": 300}}
     assert "--archive" not in train_command_args(base, DOORKEY, "rl_only", 0)

@@ -102,7 +102,7 @@ def test_the_new_family_in_the_environment_guide_runs():
 
 
 def test_the_minigrid_id_in_the_environment_guide_is_a_valid_grid():
-    from lore.analysis.grid import check_workflow_config
+    from lore.grid.workflow import check_workflow_config
 
     block = yaml.safe_load(_code_blocks((REPO / "docs" / "adding_an_environment.md").read_text(), "yaml")[0])
     config = {**yaml.safe_load((CONFIG_DIR / "config.yaml").read_text()), **block}

@@ -30,7 +30,7 @@ from workflow_helpers import (
     write_config,
 )
 
-from lore.analysis.grid import (
+from lore.grid.workflow import (
     CRAFTER_ENV_NAMES,
     GridError,
     check_workflow_config,
@@ -226,7 +226,7 @@ def test_sbatch_call_carries_qos_constraint_gres_and_the_early_term_signal(tmp_p
 
 
 def test_the_early_term_signal_leaves_short_jobs_time_to_train():
-    from lore.analysis.grid import env_resources, train_slurm_extra
+    from lore.grid.workflow import env_resources, train_slurm_extra
 
     assert env_resources({}, "x")["term_before_end_s"] == 300
     assert train_slurm_extra({"term_before_end_s": 300}, runtime_min=60) == "--signal=TERM@300"
@@ -351,7 +351,7 @@ def test_editing_analysis_code_reruns_the_rules_that_run_it(tmp_path):
             return set()
         return set(job_counts(proc.stdout + proc.stderr)) - {"total", "all"}
 
-    assert planned_after_editing("analysis/grid.py") == set()  # the workflow's own helper: no analysis rule
+    assert planned_after_editing("grid/workflow.py") == set()  # the workflow's own helper: no analysis rule
     assert planned_after_editing("report/figures.py") == {"figures", "paper_macros", "paper"}
     assert planned_after_editing("report/stats.py") == {"aggregate", "figures", "paper_macros", "paper"}
     assert planned_after_editing("paper/build.py") == {"paper_macros", "paper"}
@@ -485,7 +485,7 @@ def test_killed_training_job_resumes_from_its_checkpoint(tmp_path):
 
 
 def test_retry_resources_grow_with_the_attempt_but_stop_at_the_cap():
-    from lore.analysis.grid import retry_resource
+    from lore.grid.workflow import retry_resource
 
     assert [retry_resource(2880, a) for a in (1, 2, 3, 4)] == [2880, 5760, 5760, 5760]  # default cap 2x
     assert [retry_resource(60, a, cap=150) for a in (1, 2, 3)] == [60, 120, 150]

@@ -192,7 +192,7 @@ def run_dirs(decl: Declaration, root: Path = Path("."), results_root: Path | Non
 
 def train_args(run: PlannedRun, run_dir: Path | str) -> list[str]:
     """``lore train`` arguments after ``--run-dir`` for a planned run (its LLM cache inside its run dir)."""
-    from lore.analysis.grid import RUN_CACHE_NAME, set_args
+    from lore.grid.workflow import RUN_CACHE_NAME, set_args
 
     overrides = dict(run.overrides)
     if "llm.cache_path" not in overrides:

@@ -157,7 +157,7 @@ def estimate_seconds(run, times: dict[tuple, list[float]],
 
 def live_progress(states: list[RunState]) -> dict[Path, tuple[int, int, float]]:
     """(env step, budget, env steps per second) of every running run whose logs already give a speed."""
-    from lore.analysis.status import run_status
+    from lore.grid.status import run_status
 
     out = {}
     for s in states:

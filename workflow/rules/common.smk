@@ -5,7 +5,7 @@ from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
-from lore.analysis.grid import (
+from lore.grid.workflow import (
     CRAFTER_ENV_NAMES,
     GridError,
     retry_resource,
@@ -50,7 +50,7 @@ ENVS = grid_envs(config)
 
 # Every output lives under `results_root` (results/ for config/config.yaml, results/<name> for any other config
 # file unless it names its own), so two configs never write the same file; the main job's paper/generated is the
-# exception (lore.analysis.grid.generated_dir).
+# exception (lore.grid.workflow.generated_dir).
 RESULTS = results_root(config)
 RUN_DIR = os.path.join(runs_root(config), "{env}", "{ablation}", "seed{seed}")
 LOGS = f"{RESULTS}/logs"
@@ -82,7 +82,7 @@ BENCHMARK_REPORT_FILES = (
 )
 
 # The grid's fingerprint, recorded when jobs are about to run (never by a dry run): a later grid that differs
-# is refused from the same results_root (lore.analysis.grid.check_grid_record).
+# is refused from the same results_root (lore.grid.workflow.check_grid_record).
 onstart:
     if not config.get("experiment"):  # an experiment runs its own runs, not this grid
         write_grid_record(config)
@@ -112,7 +112,7 @@ def train_resource(name, default=None):
 
     mem_mb and runtime grow with the attempt number, so a job killed for exceeding them gets
     more on its retry, up to `max_mem_mb` / `max_runtime` (default: twice the value); runtime is in minutes.
-    slurm_extra carries `--signal=TERM@<term_before_end_s>` (lore.analysis.grid.train_slurm_extra).
+    slurm_extra carries `--signal=TERM@<term_before_end_s>` (lore.grid.workflow.train_slurm_extra).
     """
     def get(wildcards, attempt):
         resources = env_resources(config, wildcards.env)
