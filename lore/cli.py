@@ -126,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "experiments":
-        from lore.analysis.experiments import main as experiments_main
+        from lore.experiments.cli import main as experiments_main
 
         return experiments_main(argv[1:])
     if argv and argv[0] == "paper-macros":

@@ -379,7 +379,7 @@ def test_a_full_disk_keeps_every_previous_table(scratch, capsys, monkeypatch):
 
 KILLED_AGGREGATE = """
 import os, sys, time
-from lore.analysis import cli
+from lore.report import cli
 real = os.fsync
 count = []
 def slow(fd):

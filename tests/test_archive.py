@@ -12,12 +12,12 @@ import yaml
 from workflow_helpers import REPO, job_counts, run_snakemake
 
 from lore import archive as ar
-from lore.analysis import launch
-from lore.analysis.experiment_compare import compare_experiment
-from lore.analysis.experiment_declaration import load_declaration
-from lore.analysis.experiment_plan import RESULTS_DIR, PlannedRun, plan, run_dirs
 from lore.archive.check import entry_dirs
 from lore.cli import main as lore_main
+from lore.experiments import launch
+from lore.experiments.compare import compare_experiment
+from lore.experiments.declaration import load_declaration
+from lore.experiments.plan import RESULTS_DIR, PlannedRun, plan, run_dirs
 
 DOORKEY = "MiniGrid-DoorKey-5x5-v0"
 TINY = ["model.preset=debug", "train.steps=300", "train.prefill=100", "eval.every=150", "eval.episodes=2",
@@ -442,7 +442,7 @@ def test_a_retired_entry_is_checked_kept_as_the_record_and_never_reused(retired_
 
 
 def test_a_removed_variants_run_in_results_is_not_reused(tmp_path, retired_knob):
-    from lore.analysis.experiment_plan import index_runs
+    from lore.experiments.plan import index_runs
 
     _removed_variant(tmp_path / "results" / "old")
     now = _synthetic(tmp_path / "results" / "now", "full")

@@ -516,10 +516,10 @@ def test_a_finished_run_timed_at_1e308_seconds_does_not_break_the_plan(tmp_path,
 
     import yaml
 
-    from lore.analysis.experiment_declaration import load_declaration
-    from lore.analysis.experiment_plan import plan
-    from lore.analysis.experiments import main as experiments_main
     from lore.config import build_config, save_config
+    from lore.experiments.cli import main as experiments_main
+    from lore.experiments.declaration import load_declaration
+    from lore.experiments.plan import plan
     from lore.report.synthetic import SyntheticRun, write_run
 
     root = tmp_path / "project"

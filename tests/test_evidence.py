@@ -79,7 +79,7 @@ RECORDS = sorted(p.stem for p in (REPO / "docs" / "experiments" / "records").glo
 
 @pytest.mark.parametrize("name", RECORDS)
 def test_every_record_rechecks_identically_from_the_archive(name, monkeypatch):
-    from lore.analysis.experiment_recheck import recheck
+    from lore.experiments.recheck import recheck
 
     monkeypatch.chdir(REPO)
     result = recheck(name)
@@ -160,7 +160,7 @@ def test_cores_beyond_the_machine_are_refused_in_one_line(cores, monkeypatch, ca
 
 
 def test_the_eta_shows_every_second_of_work():
-    from lore.analysis.launch import format_duration, makespan
+    from lore.experiments.launch import format_duration, makespan
 
     assert format_duration(145 / 4) == "37 s" and format_duration(145) == "2 min 25 s"
     assert format_duration(0.2) == "1 s" and format_duration(0) == "0 s"
@@ -173,9 +173,9 @@ def _git(root: Path, *args: str) -> str:
 
 
 def test_a_trial_writes_nothing_under_docs_or_runs(tmp_path):
-    from lore.analysis.experiment_declaration import load_declaration
-    from lore.analysis.experiment_plan import plan
     from lore.config import build_config, save_config
+    from lore.experiments.declaration import load_declaration
+    from lore.experiments.plan import plan
     from lore.report.synthetic import SyntheticRun, write_run
 
     root = tmp_path / "project"
@@ -250,10 +250,10 @@ def _power_project(tmp_path: Path, seeds: list[int], at_least: float = 0.3) -> P
 @pytest.mark.parametrize("at_least, powered", [(0.3, ["LavaGapS5", "Empty-Random-6x6"]), (0.5, ["Empty-Random-6x6"]),
                                                (0.95, [])])
 def test_the_power_rule_names_the_envs_where_the_arm_learns(tmp_path, monkeypatch, at_least, powered):
-    from lore.analysis.experiment_compare import compare_experiment
-    from lore.analysis.experiment_declaration import load_declaration
-    from lore.analysis.experiment_plan import plan
     from lore.config import build_config, save_config
+    from lore.experiments.compare import compare_experiment
+    from lore.experiments.declaration import load_declaration
+    from lore.experiments.plan import plan
     from lore.report.synthetic import SyntheticRun, write_run
 
     root = _power_project(tmp_path, [0, 1, 2, 3, 4], at_least)
@@ -275,8 +275,8 @@ def test_the_power_rule_names_the_envs_where_the_arm_learns(tmp_path, monkeypatc
 
 
 def test_the_power_rule_flags_fewer_than_five_seeds_and_refuses_an_unknown_arm(tmp_path, monkeypatch, capsys):
-    from lore.analysis.experiment_compare import power_verdict
-    from lore.analysis.experiment_declaration import load_declaration
+    from lore.experiments.compare import power_verdict
+    from lore.experiments.declaration import load_declaration
 
     root = _power_project(tmp_path, [0, 1])
     monkeypatch.chdir(root)

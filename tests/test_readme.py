@@ -125,8 +125,8 @@ def test_the_ablation_in_the_guide_is_accepted_everywhere(monkeypatch):
 def test_the_experiment_in_the_guide_is_a_valid_declaration(tmp_path):
     import shutil
 
-    from lore.analysis.experiment_declaration import load_declaration
-    from lore.analysis.experiment_plan import plan
+    from lore.experiments.declaration import load_declaration
+    from lore.experiments.plan import plan
 
     text = _code_blocks((REPO / "docs" / "experiments_guide.md").read_text(), "yaml")[0]
     root = tmp_path / "project"

@@ -215,11 +215,11 @@ def outputs_lines():
 
 # ---------------------------------------------------------------- declared experiments
 from lore import archive as EXP_ARCHIVE
-from lore.analysis import experiment_declaration as EXP_DECL
-from lore.analysis import experiment_log as EXP_LOG
-from lore.analysis import experiment_plan as EXP_PLAN
+from lore.experiments import declaration as EXP_DECL
+from lore.experiments import log as EXP_LOG
+from lore.experiments import plan as EXP_PLAN
 
-from lore.analysis import launch as EXP_LAUNCH
+from lore.experiments import launch as EXP_LAUNCH
 
 def _exp_report(line):
     if workflow.is_main_process:

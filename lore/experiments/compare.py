@@ -1,11 +1,11 @@
 """Compare an experiment's runs paired by seed and apply its decision rule.
 
-:func:`compare_experiment` reads the runs of :func:`lore.analysis.experiment_plan.run_dirs`, tabulates each
+:func:`compare_experiment` reads the runs of :func:`lore.experiments.plan.run_dirs`, tabulates each
 (arm, vs, metric) as a paired difference with its bootstrap CI, decides with the declaration's rule
 (``adopt`` or ``select``) and writes ``comparison.csv``, ``comparison.md``, ``arms.csv``, ``fig_success.png``
 and ``verdict.json`` (and, when asked, the experiment's record).
 
-A decided experiment (:func:`lore.analysis.experiment_log.check_open`) is not compared again, and a record is
+A decided experiment (:func:`lore.experiments.log.check_open`) is not compared again, and a record is
 written once: only a record of an ``incomplete`` comparison is written over.
 """
 
@@ -16,10 +16,10 @@ import math
 import subprocess
 from pathlib import Path
 
-from lore.analysis.experiment_declaration import METRICS, Declaration, load_declaration
-from lore.analysis.experiment_log import UNDECIDED, ExperimentDecided, check_open, commits_text, read_record
-from lore.analysis.experiment_plan import RESULTS_DIR, PlannedRun, comparisons, run_dirs
 from lore.archive import commit_counts
+from lore.experiments.declaration import METRICS, Declaration, load_declaration
+from lore.experiments.log import UNDECIDED, ExperimentDecided, check_open, commits_text, read_record
+from lore.experiments.plan import RESULTS_DIR, PlannedRun, comparisons, run_dirs
 
 CONFIDENCE, RESAMPLES = 0.95, 2000
 STATISTICS = "exact-paired-bootstrap"

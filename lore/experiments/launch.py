@@ -34,7 +34,7 @@ STATES = ("archived", "finished", "running", "missing")
 
 @dataclass(frozen=True)
 class RunState:
-    run: object  # lore.analysis.experiment_plan.PlannedRun
+    run: object  # lore.experiments.plan.PlannedRun
     folder: Path
     state: str
     feeds_decision: bool

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lore.analysis.experiment_declaration import (
+from lore.experiments.declaration import (
     METRICS,
     Declaration,
     ExperimentError,
