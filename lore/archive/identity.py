@@ -118,7 +118,7 @@ def saved_identity(run_dir: Path) -> tuple[str, str, int]:
 
 def retired_text(retired) -> str:
     """``prior.align_temperature: true, a retired setting (the variant was removed)``."""
-    from lore.config.retired import _yaml_text
+    from lore.config.retired import yaml_text
 
-    names = ", ".join(f"{key}: {_yaml_text(value)}" for key, value in retired)
+    names = ", ".join(f"{key}: {yaml_text(value)}" for key, value in retired)
     return f"{names}, {'a retired setting' if len(retired) == 1 else 'retired settings'} (the variant was removed)"

@@ -121,7 +121,7 @@ IMPORTED_FIELDS = ("name", "question", "change", "grid", "effect", "verdict")
 def read_imported(path: Path) -> list[dict]:
     """The entries of ``docs/experiments/imported.yaml`` ([] when absent), checked: a list of mappings with
     :data:`IMPORTED_FIELDS` as scalars; ExperimentError naming the file."""
-    from lore.config import ConfigError, _parse_yaml
+    from lore.config import ConfigError, parse_yaml
     from lore.llm.ledger import nesting_depth
 
     if not path.exists() and not path.is_symlink():
@@ -129,7 +129,7 @@ def read_imported(path: Path) -> list[dict]:
 
     def parse(text: str):
         try:
-            return _parse_yaml(text)
+            return parse_yaml(text)
         except ConfigError as e:
             raise ValueError(str(e)) from None
 

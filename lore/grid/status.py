@@ -121,14 +121,14 @@ def read_csv_rows(path: Path) -> tuple[list[dict], str]:
 
 def read_run_config(run_dir: Path) -> tuple[dict, str]:
     """The saved run config as a mapping, and what is wrong with it ('' when nothing is)."""
-    from lore.config import ConfigError, _parse_yaml
+    from lore.config import ConfigError, parse_yaml
 
     path = run_dir / "config.yaml"
     try:
         raw = _read(path, MAX_SMALL_BYTES)
         if raw is None:
             return {}, ""
-        data = _parse_yaml(raw.decode("utf-8"))
+        data = parse_yaml(raw.decode("utf-8"))
     except OSError as e:
         return {}, _why(path, e)
     except UnicodeDecodeError:
