@@ -54,7 +54,7 @@ rule all:
 
 # ---------------------------------------------------------------- the console at the end
 onsuccess:
-    from lore.analysis.status import workflow_lines
+    from lore.grid.status import workflow_lines
 
     if config.get("experiment"):
         print("\n".join(experiment_lines()))
@@ -63,7 +63,7 @@ onsuccess:
 
 
 onerror:
-    from lore.analysis.status import workflow_lines
+    from lore.grid.status import workflow_lines
 
     print("\n".join(workflow_lines(runs_root(config), TRAIN_JOBS)))
     print(f"  `lore status {RESULTS}` shows every run; job logs are under {LOGS}")

@@ -4,7 +4,7 @@ verdict and figure from the archive alone (no results/, no training), as on a fr
     .venv/bin/python benchmarks/bench_archive.py                        # runs/, decide_default
     .venv/bin/python benchmarks/bench_archive.py --experiment crafter_cpu_full
 
-The rebuild runs ``python -m lore.analysis.experiments compare <name>`` in a temporary copy of the tracked
+The rebuild runs ``python -m lore.experiments.cli compare <name>`` in a temporary copy of the tracked
 tree (``git archive HEAD`` plus the working tree's ``runs/``) without ``results/``, so only archived runs
 count; it is timed end to end, interpreter start included.
 """
@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def entry_sizes(root: Path) -> list[int]:
-    from lore.analysis.archive import index_archive
+    from lore.archive import index_archive
 
     return sorted(sum(f.stat().st_size for f in p.iterdir()) for p in index_archive(root).values())
 
@@ -37,7 +37,7 @@ def rebuild_seconds(name: str) -> tuple[float, str]:
         subprocess.run(["rm", "-rf", str(clone / "runs")], check=True)
         subprocess.run(["cp", "-r", str(REPO / "runs"), str(clone / "runs")], check=True)
         start = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "lore.analysis.experiments", "compare", name], cwd=clone,
+        proc = subprocess.run([sys.executable, "-m", "lore.experiments.cli", "compare", name], cwd=clone,
                               capture_output=True, text=True, env={"PYTHONPATH": str(clone), "PATH": "/usr/bin:/bin"})
         seconds = time.perf_counter() - start
         if proc.returncode != 0:

@@ -66,12 +66,12 @@ def bench_experiments_dry_run(repeats: int = 3) -> dict:
 
 
 def bench_analysis() -> dict:
-    from lore.analysis.aggregate import AnalysisSettings, aggregate
-    from lore.analysis.figures import make_figures
-    from lore.analysis.latex import write_latex_tables
-    from lore.analysis.paper import write_generated
-    from lore.analysis.runs import load_runs
-    from lore.analysis.synthetic import write_grid
+    from lore.paper.build import write_generated
+    from lore.report.aggregate import AnalysisSettings, aggregate
+    from lore.report.figures import make_figures
+    from lore.report.latex import write_latex_tables
+    from lore.report.runs import load_runs
+    from lore.report.synthetic import write_grid
 
     config = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
     settings = AnalysisSettings.from_mapping(config["analysis"])

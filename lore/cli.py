@@ -6,7 +6,7 @@
     lore eval --run-dir results/runs/x --episodes 20 --with-prior   # evaluate a run's checkpoint
     lore status [results] [--config config/paper.yaml]        # every run: state, step, steps/s, eval SR, ETA
     lore experiments check|plan|try|compare|recheck|note|log  # declared experiments
-    lore aggregate|figures|paper-macros ...                   # analysis (see lore.analysis.cli)
+    lore aggregate|figures|paper-macros ...                   # analysis (see lore.report.cli, lore.paper.cli)
 
 Every error is one line on stderr naming the problem, with exit status 2 (bad input) or
 1 (runtime failure); a preempted run exits 143 after writing its checkpoint.
@@ -126,13 +126,17 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "experiments":
-        from lore.analysis.experiments import main as experiments_main
+        from lore.experiments.cli import main as experiments_main
 
         return experiments_main(argv[1:])
-    if argv and argv[0] in ANALYSIS_COMMANDS:
-        from lore.analysis.cli import main as analysis_main
+    if argv and argv[0] == "paper-macros":
+        from lore.paper.cli import main as paper_main
 
-        return analysis_main(argv) or 0
+        return paper_main(argv) or 0
+    if argv and argv[0] in ANALYSIS_COMMANDS:
+        from lore.report.cli import main as report_main
+
+        return report_main(argv) or 0
     args = build_parser().parse_args(argv)
     log_to_stderr()
     from lore.config import ConfigError
@@ -154,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command in ("archive", "reproduce"):
             return _archive(args)
         if args.command == "status":
-            from lore.analysis.status import status_command
+            from lore.grid.status import status_command
 
             try:
                 return status_command(args.root, args.config, args.json)
@@ -201,11 +205,11 @@ def _train(cfg, args) -> int:
             return fail(e)
         raise
     if args.finished_line:
-        from lore.analysis.status import write_finished_line
+        from lore.grid.status import write_finished_line
 
         write_finished_line(args.run_dir, args.finished_line)
     if args.archive and not args.restore_only and not summary.get("restored"):  # a restored run is its entry
-        from lore.analysis.archive import ArchiveError, archive_run
+        from lore.archive import ArchiveError, archive_run
 
         try:
             entry, _ = archive_run(args.run_dir, args.archive)
@@ -223,7 +227,7 @@ def _train(cfg, args) -> int:
 
 def _restore(cfg, args) -> dict | int | None:
     """The run restored from the archive ``args.archive`` (a summary), an exit code, or None to train it."""
-    from lore.analysis.archive import ArchiveError, restore_run
+    from lore.archive import ArchiveError, restore_run
     from lore.config import to_dict
 
     try:
@@ -236,14 +240,14 @@ def _restore(cfg, args) -> dict | int | None:
 def _archive(args) -> int:
     from pathlib import Path
 
-    from lore.analysis import archive as ar
+    from lore import archive as ar
 
     folder = args.archive if args.command == "reproduce" else args.to
     if not folder.strip():
         return fail(f"{'--archive' if args.command == 'reproduce' else '--to'}: empty folder name")
     try:
         if args.command == "reproduce":
-            from lore.analysis.reproduce import reproduce_sample
+            from lore.archive.reproduce import reproduce_sample
             from lore.llm import LLMConfigError
             from lore.train.checkpoint import CheckpointError
             from lore.train.trainer import Preempted

@@ -9,16 +9,16 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
+from workflow_helpers import analysis_main
 
-from lore.analysis import stats as st
-from lore.analysis.aggregate import AnalysisSettings, Tables, aggregate
-from lore.analysis.cli import main as analysis_main
-from lore.analysis.latex import fmt_ci, fmt_rate, fmt_steps
-from lore.analysis.paper import write_generated
-from lore.analysis.paper_macros import macros_tex
-from lore.analysis.runs import RunDataError, load_run, load_runs
-from lore.analysis.synthetic import SyntheticRun, achievement_names, run_dir_for, write_grid, write_run
 from lore.envs.crafter import crafter_score
+from lore.paper.build import write_generated
+from lore.paper.macros import macros_tex
+from lore.report import stats as st
+from lore.report.aggregate import AnalysisSettings, Tables, aggregate
+from lore.report.latex import fmt_ci, fmt_rate, fmt_steps
+from lore.report.runs import RunDataError, load_run, load_runs
+from lore.report.synthetic import SyntheticRun, achievement_names, run_dir_for, write_grid, write_run
 
 ENV = "MiniGrid-DoorKey-5x5-v0"
 
@@ -218,7 +218,7 @@ def test_pooled_rows_use_every_environment(tmp_path):
 
 
 def test_the_paper_gets_its_crafter_section_from_crafter_runs(tmp_path):
-    from lore.analysis.latex import formatter_for
+    from lore.report.latex import formatter_for
 
     paths = write_grid(tmp_path, [ENV, "crafter"], ["rl_only", "full"], [0, 1, 2], steps=2000, eval_every=1000)
     tables = aggregate(load_runs(paths), SETTINGS)
@@ -357,7 +357,7 @@ def _prior_run(kl, lam, *, bound=2.0, lam_max=10.0, trust=(0.5, 0.2), ablation="
     """A Run whose metrics.csv logs the prior layer (first row inside the prefill, ignored)."""
     from pathlib import Path
 
-    from lore.analysis.runs import Run
+    from lore.report.runs import Run
 
     steps = [100, 500, 1000, 1500][: len(kl)]
     metrics = pd.DataFrame({"env_step": steps, "beta_mean": 0.5, "kl_mix_wm": kl, "lambda_kl": lam,
@@ -373,7 +373,7 @@ def _prior_run(kl, lam, *, bound=2.0, lam_max=10.0, trust=(0.5, 0.2), ablation="
 
 
 def test_prior_run_metrics_read_what_the_prior_did_after_the_prefill():
-    from lore.analysis.aggregate import prior_run_metrics
+    from lore.report.aggregate import prior_run_metrics
 
     run = _prior_run([9.0, 0.4, 1.5, 0.8], [0.0, 10.0, 3.0, 10.0])
     out = prior_run_metrics(run)
@@ -398,10 +398,10 @@ def test_prior_run_metrics_read_what_the_prior_did_after_the_prefill():
 def test_loop_metrics_take_the_whole_run_figures_and_the_report_tabulates_the_share_outside_updates():
     from pathlib import Path
 
-    from lore.analysis.aggregate import loop_run_metrics
-    from lore.analysis.benchmark_report import loop_speed
-    from lore.analysis.runs import Run
-    from lore.analysis.settings import AnalysisSettings
+    from lore.report.aggregate import loop_run_metrics
+    from lore.report.benchmark_report import loop_speed
+    from lore.report.runs import Run
+    from lore.report.settings import AnalysisSettings
 
     def run(seed, frac):
         metrics = pd.DataFrame({"env_step": [500, 1000, 1500], "steps_per_s": [20.0, 30.0, 40.0 + seed],
@@ -424,9 +424,9 @@ def test_loop_metrics_take_the_whole_run_figures_and_the_report_tabulates_the_sh
 
 
 def test_kl_sentence_says_within_or_above_the_bound_from_the_numbers():
-    from lore.analysis.aggregate import prior_run_metrics
-    from lore.analysis.paper_method import kl_sentence
-    from lore.analysis.paper_numbers import cfg_number
+    from lore.paper.method import kl_sentence
+    from lore.paper.numbers import cfg_number
+    from lore.report.aggregate import prior_run_metrics
 
     def tables(kl_max):
         run = _prior_run([0.1, 0.4, kl_max, 0.8], [0.0, 1.0, 2.0, 3.0])
@@ -469,8 +469,8 @@ def findings_grid(tmp_path):
 
 
 def test_findings_wording_follows_the_statistics(findings_grid):
-    from lore.analysis.paper_numbers import comparison_pairs, comparisons
-    from lore.analysis.paper_results import findings_summary, findings_text
+    from lore.paper.numbers import comparison_pairs, comparisons
+    from lore.paper.results import findings_summary, findings_text
 
     tables, settings = findings_grid
     assert comparison_pairs(tables, settings, ENV) == [
@@ -489,7 +489,7 @@ def test_findings_wording_follows_the_statistics(findings_grid):
 
 
 def test_train_sr_gap_and_untrained_floor_from_the_runs(tmp_path):
-    from lore.analysis.paper_results import chance_text, gap_text
+    from lore.paper.results import chance_text, gap_text
 
     # 4000 steps: the last quarter holds the episodes ending after 3000 (two of three succeed).
     episodes = {"episode_steps": [500, 1500, 3200, 3600, 3900], "train_success": [0, 0, 1, 1, 0]}
@@ -507,8 +507,8 @@ def test_train_sr_gap_and_untrained_floor_from_the_runs(tmp_path):
 
 
 def test_sr_table_and_iqm_figure_show_the_last_budget_once_when_it_is_the_end(known_grid):
-    from lore.analysis.figures import iqm_panels, success_panels
-    from lore.analysis.latex import budgets_shown, sr_table
+    from lore.report.figures import iqm_panels, success_panels
+    from lore.report.latex import budgets_shown, sr_table
 
     paths, _ = known_grid  # runs end at 4000
     ends_at_budget = AnalysisSettings(budgets=(2000, 4000), resamples=200)
@@ -526,9 +526,9 @@ def test_sr_table_and_iqm_figure_show_the_last_budget_once_when_it_is_the_end(kn
 
 
 def test_setup_text_reports_what_ran(findings_grid):
-    from lore.analysis.paper_method import advisor_sentence, arms_text, grid_sentence
-    from lore.analysis.paper_numbers import setup_macros
-    from lore.analysis.paper_results import goal_items
+    from lore.paper.method import advisor_sentence, arms_text, grid_sentence
+    from lore.paper.numbers import setup_macros
+    from lore.paper.results import goal_items
 
     tables, settings = findings_grid
     assert plain(grid_sentence(tables)) == (
@@ -560,8 +560,8 @@ def _method_tables(**arms: dict) -> Tables:
 
 
 def test_method_text_for_the_new_full_names_neither_gate_nor_temperature_alignment():
-    from lore.analysis.paper_method import arms_text, full_components
-    from lore.analysis.paper_results import goal_items
+    from lore.paper.method import arms_text, full_components
+    from lore.paper.results import goal_items
 
     tables = _method_tables(full=NEW_FULL, kl_adversarial={**NEW_FULL, "prior.trust": False,
                                                            "advisor.mode": "adversarial"},
@@ -613,7 +613,7 @@ def _auc_row(env, arm, low, high):
 
 
 def test_default_choice_is_read_from_the_decide_default_record(tmp_path):
-    from lore.analysis.paper_method import default_choice_sentence
+    from lore.paper.method import default_choice_sentence
 
     tables = _method_tables(full=NEW_FULL)
     lava, crossing, doorkey = "MiniGrid-LavaGapS5-v0", "MiniGrid-SimpleCrossingS9N1-v0", "MiniGrid-DoorKey-5x5-v0"
@@ -646,7 +646,7 @@ def test_default_choice_is_read_from_the_decide_default_record(tmp_path):
 
 
 def test_the_crafter_claim_follows_the_crafter_cpu_full_verdict(tmp_path):
-    from lore.analysis.paper_method import crafter_claim_sentence
+    from lore.paper.method import crafter_claim_sentence
 
     def row(vs, metric, low, high):
         return {"env": "crafter", "arm": "full", "vs": vs, "metric": metric, "n_arm": 5, "n_vs": 5,
@@ -672,13 +672,13 @@ def test_the_crafter_claim_follows_the_crafter_cpu_full_verdict(tmp_path):
 
 
 def test_signed_differences_print_a_minus_sign():
-    from lore.analysis.latex import fmt_signed
+    from lore.report.latex import fmt_signed
 
     assert (fmt_signed(0.5), fmt_signed(-0.25), fmt_signed(-0.001)) == ("+0.50", "$-$0.25", "0.00")
 
 
 def test_act_time_trust_gets_a_figure_row_only_where_it_is_not_the_absorption_trust():
-    from lore.analysis.figures import act_trust_differs
+    from lore.report.figures import act_trust_differs
 
     same = pd.DataFrame({"trust_llm": [0.5, 0.3], "trust_act_llm": [0.5, 0.3]})
     assert not act_trust_differs(same)
@@ -688,8 +688,8 @@ def test_act_time_trust_gets_a_figure_row_only_where_it_is_not_the_absorption_tr
 
 
 def test_goals_report_the_unguarded_adversary_beside_the_low_regret_goal():
-    from lore.analysis.paper_results import goal_items
-    from lore.analysis.settings import AnalysisSettings
+    from lore.paper.results import goal_items
+    from lore.report.settings import AnalysisSettings
 
     def row(arm, iqm, n=5):
         return {"env": ENV, "ablation": arm, "metric": "final_sr", "iqm": iqm, "n": n}
@@ -720,7 +720,7 @@ def test_paired_difference_cancels_what_pairs_share_and_checks_shapes():
 
 
 def test_find_run_dirs_follows_linked_folders_only_when_asked_and_reads_each_run_once(tmp_path):
-    from lore.analysis.runs import find_run_dirs
+    from lore.report.runs import find_run_dirs
 
     root, elsewhere = tmp_path / "cmp", tmp_path / "baseline"
     for folder in (root / "full" / "seed0", elsewhere / "rl_only" / "seed0", elsewhere / "rl_only" / "seed1"):

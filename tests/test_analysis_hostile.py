@@ -21,10 +21,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from workflow_helpers import snapshot
+from workflow_helpers import analysis_main, snapshot
 
-from lore.analysis.cli import main as analysis_main
-from lore.analysis.synthetic import write_grid
+from lore.report.synthetic import write_grid
 
 ENV = "MiniGrid-DoorKey-5x5-v0"
 FAST = ["--resamples", "50"]
@@ -380,7 +379,7 @@ def test_a_full_disk_keeps_every_previous_table(scratch, capsys, monkeypatch):
 
 KILLED_AGGREGATE = """
 import os, sys, time
-from lore.analysis import cli
+from lore.report import cli
 real = os.fsync
 count = []
 def slow(fd):

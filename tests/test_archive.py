@@ -11,12 +11,13 @@ import pytest
 import yaml
 from workflow_helpers import REPO, job_counts, run_snakemake
 
-from lore.analysis import archive as ar
-from lore.analysis import launch
-from lore.analysis.experiment_compare import compare_experiment
-from lore.analysis.experiment_declaration import load_declaration
-from lore.analysis.experiment_plan import RESULTS_DIR, PlannedRun, plan, run_dirs
+from lore import archive as ar
+from lore.archive.check import entry_dirs
 from lore.cli import main as lore_main
+from lore.experiments import launch
+from lore.experiments.compare import compare_experiment
+from lore.experiments.declaration import load_declaration
+from lore.experiments.plan import RESULTS_DIR, PlannedRun, plan, run_dirs
 
 DOORKEY = "MiniGrid-DoorKey-5x5-v0"
 TINY = ["model.preset=debug", "train.steps=300", "train.prefill=100", "eval.every=150", "eval.episodes=2",
@@ -101,7 +102,7 @@ def test_reproduce_reports_an_exact_match_and_an_edited_eval_csv(real_runs, tmp_
 
 
 def _synthetic(folder: Path, ablation: str = "rl_only", seed: int = 0) -> Path:
-    from lore.analysis.synthetic import SyntheticRun, write_run
+    from lore.report.synthetic import SyntheticRun, write_run
 
     return write_run(folder, SyntheticRun(env=DOORKEY, ablation=ablation, seed=seed, steps=2000, eval_every=500))
 
@@ -211,8 +212,8 @@ def _project(tmp_path: Path) -> Path:
 
 
 def _finish(run: PlannedRun, folder: Path) -> Path:
-    from lore.analysis.synthetic import SyntheticRun, write_run
     from lore.config import build_config, save_config
+    from lore.report.synthetic import SyntheticRun, write_run
 
     cfg = build_config(None, [f"{k}={json.dumps(v)}" for k, v in run.overrides] + [f"seed={run.seed}"], run.ablation)
     write_run(folder, SyntheticRun(env=run.env, ablation=run.ablation, seed=run.seed, steps=cfg.train.steps,
@@ -383,7 +384,7 @@ def test_a_run_of_its_own_is_not_replaced_and_a_broken_entry_is_refused(entry, t
 
 
 def test_a_grid_with_an_archive_passes_it_to_every_training():
-    from lore.analysis.grid import train_command_args
+    from lore.grid.workflow import train_command_args
 
     base = {"envs": [DOORKEY], "ablations": ["rl_only"], "seeds": [0], "run": {"train.steps": 300}}
     assert "--archive" not in train_command_args(base, DOORKEY, "rl_only", 0)
@@ -441,7 +442,7 @@ def test_a_retired_entry_is_checked_kept_as_the_record_and_never_reused(retired_
 
 
 def test_a_removed_variants_run_in_results_is_not_reused(tmp_path, retired_knob):
-    from lore.analysis.experiment_plan import index_runs
+    from lore.experiments.plan import index_runs
 
     _removed_variant(tmp_path / "results" / "old")
     now = _synthetic(tmp_path / "results" / "now", "full")
@@ -482,7 +483,7 @@ def test_a_retired_entry_at_its_neutral_value_is_an_ordinary_entry(tmp_path, ret
 
 
 def test_a_retired_entry_cannot_be_reproduced_and_says_so_in_one_line(retired_archive, tmp_path, capsys):
-    from lore.analysis.reproduce import reproduce, sample_entries
+    from lore.archive.reproduce import reproduce, sample_entries
 
     archive, old, now = retired_archive
     assert lore_main(["reproduce", "--archive", str(archive), "--match", old.parent.name]) == 2
@@ -505,7 +506,7 @@ def test_retiring_a_variants_setting_keeps_every_archived_key(monkeypatch):
     monkeypatch.setitem(retired.RETIRED, "prior.align_temperature", False)
     root = REPO / ar.ARCHIVE_ROOT
     entries = ar.check_archive(root)  # every entry's config still hashes to its folder's key
-    aligned = {p for p in ar.entry_dirs(root) if (load_yaml(p / "config.yaml").get("prior") or {}).get(
+    aligned = {p for p in entry_dirs(root) if (load_yaml(p / "config.yaml").get("prior") or {}).get(
         "align_temperature") is True}
     assert aligned and {e.path for e in entries if e.retired} == aligned
     assert all(e.retired == (("prior.align_temperature", True),) for e in entries if e.retired)

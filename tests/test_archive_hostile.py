@@ -18,14 +18,17 @@ from pathlib import Path
 import pytest
 from workflow_helpers import REPO
 
-from lore.analysis import archive as ar
+from lore import archive as ar
+from lore.archive.files import entry_files
+from lore.archive.layout import TEMP_PREFIX
+from lore.archive.store import _write_entry
 from lore.cli import main as lore_main
 
 DOORKEY = "MiniGrid-DoorKey-5x5-v0"
 
 
 def _synthetic(folder: Path, ablation: str = "rl_only", seed: int = 0) -> Path:
-    from lore.analysis.synthetic import SyntheticRun, write_run
+    from lore.report.synthetic import SyntheticRun, write_run
 
     return write_run(folder, SyntheticRun(env=DOORKEY, ablation=ablation, seed=seed, steps=2000, eval_every=500))
 
@@ -52,7 +55,7 @@ def _lore(*argv: str) -> subprocess.Popen:
 
 
 def _temporaries(root: Path) -> list[Path]:
-    return [p for p in root.rglob(f"{ar.TEMP_PREFIX}*")] if root.is_dir() else []
+    return [p for p in root.rglob(f"{TEMP_PREFIX}*")] if root.is_dir() else []
 
 
 @pytest.fixture
@@ -285,7 +288,7 @@ def test_a_second_archive_waits_for_the_first_and_both_finish(tmp_path, results)
 def test_check_refuses_the_remains_of_an_interrupted_archive(tmp_path, results, capsys):
     archive = tmp_path / "runs"
     entry, _ = ar.archive_run(results / "r0", archive)
-    left = entry.parent / f"{ar.TEMP_PREFIX}1.k2m4x9q1"  # what a SIGKILL mid-write leaves
+    left = entry.parent / f"{TEMP_PREFIX}1.k2m4x9q1"  # what a SIGKILL mid-write leaves
     left.mkdir()
     (left / "config.yaml").write_bytes((entry / "config.yaml").read_bytes())
     assert lore_main(["archive", "--check", "--to", str(archive)]) == 2
@@ -310,7 +313,7 @@ def test_the_next_archive_removes_what_a_killed_one_left_but_not_a_newer_tempora
 def test_sigterm_mid_write_removes_the_half_written_entry(tmp_path, results):
     archive = tmp_path / "runs"
     run = results / "r0"
-    files = ar.entry_files(run)
+    files = entry_files(run)
     dest = _where(run, archive)
     archive.mkdir()
 
@@ -323,7 +326,7 @@ def test_sigterm_mid_write_removes_the_half_written_entry(tmp_path, results):
 
     before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(SystemExit) as stop:
-        ar._write_entry(archive, dest, KilledAfterOneFile(files))
+        _write_entry(archive, dest, KilledAfterOneFile(files))
     assert stop.value.code == 128 + signal.SIGTERM
     assert not dest.exists() and not _temporaries(archive)
     assert signal.getsignal(signal.SIGTERM) == before
@@ -332,7 +335,9 @@ def test_sigterm_mid_write_removes_the_half_written_entry(tmp_path, results):
 SLOW_WRITER = """
 import sys, time
 from pathlib import Path
-from lore.analysis import archive as ar
+from lore import archive as ar
+from lore.archive.files import entry_files
+from lore.archive.store import _write_entry
 run, root = Path(sys.argv[1]), Path(sys.argv[2])
 ident = ar.read_identity(run)
 
@@ -342,7 +347,7 @@ class Slow(dict):  # a slow disk: a pause after each file
             yield item
             time.sleep(0.3)
 
-ar._write_entry(root, ar.entry_path(root, ident.env, ident.key, ident.seed), Slow(ar.entry_files(run)))
+_write_entry(root, ar.entry_path(root, ident.env, ident.key, ident.seed), Slow(entry_files(run)))
 """
 
 
@@ -511,11 +516,11 @@ def test_a_finished_run_timed_at_1e308_seconds_does_not_break_the_plan(tmp_path,
 
     import yaml
 
-    from lore.analysis.experiment_declaration import load_declaration
-    from lore.analysis.experiment_plan import plan
-    from lore.analysis.experiments import main as experiments_main
-    from lore.analysis.synthetic import SyntheticRun, write_run
     from lore.config import build_config, save_config
+    from lore.experiments.cli import main as experiments_main
+    from lore.experiments.declaration import load_declaration
+    from lore.experiments.plan import plan
+    from lore.report.synthetic import SyntheticRun, write_run
 
     root = tmp_path / "project"
     shutil.copytree(REPO / "config", root / "config", ignore=shutil.ignore_patterns("experiments"))

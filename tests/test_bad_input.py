@@ -632,7 +632,7 @@ _SETTINGS_CASES = [
 
 @pytest.mark.parametrize("content, needle", _SETTINGS_CASES, ids=[f"settings{i}" for i in range(len(_SETTINGS_CASES))])
 def test_analysis_settings_are_validated_before_anything_is_written(tmp_path, capsys, content, needle):
-    from lore.analysis import cli as analysis_cli
+    from lore.report import cli as analysis_cli
 
     settings = tmp_path / "settings.yaml"
     settings.write_bytes(content if isinstance(content, bytes) else content.encode())

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from workflow_helpers import CONFIG_DIR, REPO, job_counts, run_snakemake, write_config
 
-from lore.analysis.grid import GridError, check_workflow_config
+from lore.grid.workflow import GridError, check_workflow_config
 
 BENCHMARK = CONFIG_DIR / "benchmark.yaml"
 DOORKEY, LAVAGAP = "MiniGrid-DoorKey-5x5-v0", "MiniGrid-LavaGapS5-v0"

@@ -69,7 +69,7 @@ def _resolved(args: list[str]) -> dict:
 
 def _crafter_run_configs(config: dict):
     """The resolved RunConfig of every Crafter arm of a workflow config (which must contain Crafter)."""
-    from lore.analysis.grid import run_overrides
+    from lore.grid.workflow import run_overrides
 
     assert "crafter" in config["envs"]
     for arm in config["ablations"]:
@@ -285,7 +285,7 @@ def test_crafter_settings_in_a_config_file(tmp_path, capsys):
 
 
 def test_a_workflow_that_sets_crafter_keys_for_minigrid_names_the_field():
-    from lore.analysis.grid import GridError, check_workflow_config
+    from lore.grid.workflow import GridError, check_workflow_config
 
     config = _workflow_config("test.yaml")
     config["run"] = {**config["run"], "env.crafter_view": 7}

@@ -14,14 +14,15 @@ import pytest
 import yaml
 from workflow_helpers import REPO, job_env
 
-from lore.analysis import archive as ar
+from lore import archive as ar
+from lore.archive import files as archive_files
 from lore.cli import main as lore_main
 
 DOORKEY = "MiniGrid-DoorKey-5x5-v0"
 
 
 def _synthetic(folder: Path, seed: int = 0) -> Path:
-    from lore.analysis.synthetic import SyntheticRun, write_run
+    from lore.report.synthetic import SyntheticRun, write_run
 
     return write_run(folder, SyntheticRun(env=DOORKEY, ablation="rl_only", seed=seed, steps=2000, eval_every=500))
 
@@ -78,7 +79,7 @@ RECORDS = sorted(p.stem for p in (REPO / "docs" / "experiments" / "records").glo
 
 @pytest.mark.parametrize("name", RECORDS)
 def test_every_record_rechecks_identically_from_the_archive(name, monkeypatch):
-    from lore.analysis.experiment_recheck import recheck
+    from lore.experiments.recheck import recheck
 
     monkeypatch.chdir(REPO)
     result = recheck(name)
@@ -159,7 +160,7 @@ def test_cores_beyond_the_machine_are_refused_in_one_line(cores, monkeypatch, ca
 
 
 def test_the_eta_shows_every_second_of_work():
-    from lore.analysis.launch import format_duration, makespan
+    from lore.experiments.launch import format_duration, makespan
 
     assert format_duration(145 / 4) == "37 s" and format_duration(145) == "2 min 25 s"
     assert format_duration(0.2) == "1 s" and format_duration(0) == "0 s"
@@ -172,10 +173,10 @@ def _git(root: Path, *args: str) -> str:
 
 
 def test_a_trial_writes_nothing_under_docs_or_runs(tmp_path):
-    from lore.analysis.experiment_declaration import load_declaration
-    from lore.analysis.experiment_plan import plan
-    from lore.analysis.synthetic import SyntheticRun, write_run
     from lore.config import build_config, save_config
+    from lore.experiments.declaration import load_declaration
+    from lore.experiments.plan import plan
+    from lore.report.synthetic import SyntheticRun, write_run
 
     root = tmp_path / "project"
     shutil.copytree(REPO / "config", root / "config", ignore=shutil.ignore_patterns("experiments"))
@@ -249,11 +250,11 @@ def _power_project(tmp_path: Path, seeds: list[int], at_least: float = 0.3) -> P
 @pytest.mark.parametrize("at_least, powered", [(0.3, ["LavaGapS5", "Empty-Random-6x6"]), (0.5, ["Empty-Random-6x6"]),
                                                (0.95, [])])
 def test_the_power_rule_names_the_envs_where_the_arm_learns(tmp_path, monkeypatch, at_least, powered):
-    from lore.analysis.experiment_compare import compare_experiment
-    from lore.analysis.experiment_declaration import load_declaration
-    from lore.analysis.experiment_plan import plan
-    from lore.analysis.synthetic import SyntheticRun, write_run
     from lore.config import build_config, save_config
+    from lore.experiments.compare import compare_experiment
+    from lore.experiments.declaration import load_declaration
+    from lore.experiments.plan import plan
+    from lore.report.synthetic import SyntheticRun, write_run
 
     root = _power_project(tmp_path, [0, 1, 2, 3, 4], at_least)
     monkeypatch.chdir(root)
@@ -274,8 +275,8 @@ def test_the_power_rule_names_the_envs_where_the_arm_learns(tmp_path, monkeypatc
 
 
 def test_the_power_rule_flags_fewer_than_five_seeds_and_refuses_an_unknown_arm(tmp_path, monkeypatch, capsys):
-    from lore.analysis.experiment_compare import power_verdict
-    from lore.analysis.experiment_declaration import load_declaration
+    from lore.experiments.compare import power_verdict
+    from lore.experiments.declaration import load_declaration
 
     root = _power_project(tmp_path, [0, 1])
     monkeypatch.chdir(root)
@@ -297,8 +298,8 @@ def test_the_power_rule_flags_fewer_than_five_seeds_and_refuses_an_unknown_arm(t
 def test_a_run_archived_before_the_cut_changed_is_still_its_entry(tmp_path, monkeypatch):
     archive = tmp_path / "runs"
     run = _synthetic(tmp_path / "results" / "r0")
-    monkeypatch.setattr(ar, "METRIC_COLUMNS", ("env_step", "steps_per_s"))  # an older, narrower cut
-    monkeypatch.setattr(ar, "LEDGER_FIELDS", ar.LEDGER_FIELDS[:2])
+    monkeypatch.setattr(archive_files, "METRIC_COLUMNS", ("env_step", "steps_per_s"))  # an older, narrower cut
+    monkeypatch.setattr(archive_files, "LEDGER_FIELDS", archive_files.LEDGER_FIELDS[:2])
     path, new = ar.archive_run(run, archive)
     before = _snapshot(path)
     monkeypatch.undo()  # today's cut keeps more columns: the run is still the entry, which stays as it was

@@ -15,8 +15,8 @@ import pytest
 import yaml
 from workflow_helpers import REPO, job_counts, run_snakemake
 
-from lore.analysis.archive import run_key
-from lore.analysis.experiment_compare import (
+from lore.archive import run_key
+from lore.experiments.compare import (
     LEGACY_STATISTICS,
     compare_experiment,
     compare_pair,
@@ -24,9 +24,9 @@ from lore.analysis.experiment_compare import (
     distinct_at_last_eval,
     verdict,
 )
-from lore.analysis.experiment_declaration import Declaration, declared_names, load_declaration
-from lore.analysis.experiment_log import IMPORTED, LOG, log_markdown
-from lore.analysis.experiment_plan import RESULTS_DIR, PlannedRun, plan, run_dirs
+from lore.experiments.declaration import Declaration, declared_names, load_declaration
+from lore.experiments.log import IMPORTED, LOG, log_markdown
+from lore.experiments.plan import RESULTS_DIR, PlannedRun, plan, run_dirs
 
 DOORKEY = "MiniGrid-DoorKey-5x5-v0"
 DATA = REPO / "tests" / "data" / "comparisons"
@@ -58,8 +58,8 @@ def _decl(**changes) -> dict:
 
 def _finish(run: PlannedRun, folder: Path, root: Path, eval_sr: list[float] | None = None) -> Path:
     """A finished synthetic run whose config.yaml is the planned run's resolved config."""
-    from lore.analysis.synthetic import SyntheticRun, write_run
     from lore.config import build_config, save_config
+    from lore.report.synthetic import SyntheticRun, write_run
 
     overrides = [f"{k}={json.dumps(v)}" for k, v in run.overrides] + [f"seed={run.seed}"]
     cfg = build_config(None, overrides, run.ablation)
@@ -330,7 +330,7 @@ BAD = [
 
 
 def _check(root: Path, name: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "lore.analysis.experiments", "check", name], cwd=root,
+    return subprocess.run([sys.executable, "-m", "lore.experiments.cli", "check", name], cwd=root,
                           capture_output=True, text=True, timeout=120)
 
 
@@ -387,7 +387,7 @@ def test_every_declared_experiment_is_valid_and_the_decision_is_pre_registered()
 
 def test_the_experiment_log_is_what_the_declarations_and_records_produce():
     assert (REPO / LOG).read_text() == log_markdown(REPO), \
-        "docs/experiments.md is stale: python -m lore.analysis.experiments log"
+        "docs/experiments.md is stale: python -m lore.experiments.cli log"
 
 
 def test_imported_entries_are_complete_and_speak_to_users():
@@ -413,7 +413,7 @@ def _record(root: Path, name: str = "exp", verdict: str = "adopt", commit: str |
 
 
 def _experiments(root: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "lore.analysis.experiments", *args], cwd=root,
+    return subprocess.run([sys.executable, "-m", "lore.experiments.cli", *args], cwd=root,
                           capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
 
@@ -436,7 +436,7 @@ def test_a_decided_experiment_is_neither_planned_nor_compared_again(tmp_path):
         proc = _experiments(root, *args)
         assert proc.returncode == 2 and proc.stderr.strip() == DECIDED, (args, proc.stdout, proc.stderr)
     assert _files(root) == before
-    from lore.analysis.experiment_log import ExperimentDecided
+    from lore.experiments.log import ExperimentDecided
 
     with pytest.raises(ExperimentDecided, match="exp: decided at abc1234"):
         compare_experiment("exp", root)
@@ -470,8 +470,8 @@ def test_an_undecided_experiment_plans_and_records_once(tmp_path):
 
 
 def test_selecting_a_decided_experiment_is_refused_and_all_leaves_it_out(tmp_path):
-    from lore.analysis.experiment_log import ExperimentDecided
-    from lore.analysis.experiment_plan import selected
+    from lore.experiments.log import ExperimentDecided
+    from lore.experiments.plan import selected
 
     root = _workdir(tmp_path, {"exp": _decl(), "other": _decl()})
     _record(root, commit=None)

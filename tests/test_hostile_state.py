@@ -432,7 +432,7 @@ def declaration(**changes) -> dict:
 
 
 def experiments_cli(root: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "lore.analysis.experiments", *args], cwd=root,
+    return subprocess.run([sys.executable, "-m", "lore.experiments.cli", *args], cwd=root,
                           capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
 

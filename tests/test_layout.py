@@ -102,22 +102,88 @@ def test_lore_uses_torch_compile_not_torch_jit():
     assert users == []
 
 
+MAX_MODULE_LINES = 700
+MAX_FUNCTION_LINES = 80
+
+
+def test_no_module_is_longer_than_700_lines():
+    long = {str(p.relative_to(LORE.parent)): n for p in LORE.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert long == {}, f"split these modules (at most {MAX_MODULE_LINES} lines each): {long}"
+
+
+def test_no_function_is_longer_than_80_lines():
+    long = {}
+    for path in LORE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if (n := node.end_lineno - node.lineno + 1) > MAX_FUNCTION_LINES:
+                    long[f"{module_name(path)}.{node.name}"] = n
+    assert long == {}, f"split these functions (at most {MAX_FUNCTION_LINES} lines each): {long}"
+
+
+def private_names_used_across_modules(source: str, own: str, modules: set[str]) -> list[str]:
+    """``from lore.x import _name`` and ``x._name`` (``x`` bound to a lore module) in the module ``own`` whose text
+    is ``source``, where lore.x is another module: a name another module uses is public (no underscore, a
+    docstring)."""
+    tree = ast.parse(source)
+    found, aliases = [], {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("lore"):
+                    aliases[alias.asname or alias.name] = alias.name
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("lore"):
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                if sub in modules:
+                    aliases[alias.asname or alias.name] = sub
+                elif alias.name.startswith("_") and node.module != own:
+                    found.append(f"line {node.lineno}: from {node.module} import {alias.name}")
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+                and isinstance(node.value, ast.Name) and aliases.get(node.value.id, own) != own):
+            found.append(f"line {node.lineno}: {node.value.id}.{node.attr} ({aliases[node.value.id]})")
+    return found
+
+
+def test_the_private_name_check_finds_both_forms_and_spares_the_own_module():
+    modules = {"lore.config", "lore.report", "lore.report.stats", "lore.paper.numbers"}
+    source = ("from lore.config import _hidden, shown\nfrom lore.report import stats as st\nimport lore.config as c\n"
+              "st._helper(1)\nst.public(2)\nc.__name__\nfrom lore.paper.numbers import _own\n")
+    assert private_names_used_across_modules(source, "lore.paper.numbers", modules) == [
+        "line 1: from lore.config import _hidden", "line 4: st._helper (lore.report.stats)"]
+
+
+def test_no_private_name_is_used_across_modules():
+    modules = {module_name(p) for p in LORE.rglob("*.py")}
+    found = {module_name(p): hits for p in LORE.rglob("*.py")
+             if (hits := private_names_used_across_modules(p.read_text(), module_name(p), modules))}
+    assert found == {}, f"make these names public or keep them in their module: {found}"
+
+
 # --------------------------------------------------------------------------- the rooms and their doors
 
 ROOMS = {
     "lore.envs": "MiniGrid and Crafter behind one interface",
     "lore.dreamer": "DreamerV3: world model, actor-critic",
-    "lore.prior": "the LLM prior: mixing, gate, trust, KL control, temperature",
+    "lore.prior": "the LLM prior: mixing, gate, trust, allocation, KL control, distillation",
     "lore.llm": "advice: prompts, backends, cache, call controller",
     "lore.sandbox": "the feature-code sandbox",
     "lore.plan": "CEM planning in latent space",
     "lore.method": "the LoRe method: LoReAgent, advisor, terms",
     "lore.train": "training loop, replay, evaluation, checkpoints",
-    "lore.analysis": "grid, status, tables, statistics, figures, paper",
+    "lore.grid": "the workflow grid: config checks, training jobs, status and ETA",
+    "lore.experiments": "declared experiments: plan, launch, compare, decide, log",
+    "lore.archive": "the run archive: archive, check, restore, reproduce",
+    "lore.report": "tables, bootstrap statistics, figures, the benchmark report",
+    "lore.paper": "the paper's generated text and PDF, the README's table",
 }
 """The rooms the diagram shows; the top-level modules (presets, ablations, validation, cli) and the packages in
 :data:`SHARED` (the run configuration, small I/O helpers) are shared by every room."""
 SHARED = {"lore.config", "lore.utils"}
+ANALYSIS_ROOMS = ("lore.grid", "lore.experiments", "lore.archive", "lore.report", "lore.paper")
+"""The rooms that read what training wrote: the workflow grid, experiments, the archive, statistics, the paper."""
 DOORS = {
     "transform": "act(transform): the action logits when acting",
     "actor_term": "actor_term: an extra actor-loss term",
@@ -185,6 +251,13 @@ def test_the_architecture_diagram_is_the_import_graph():
     assert shown == architecture_diagram(), "docs/architecture.md is stale: run `python tests/test_layout.py`"
 
 
+def test_every_room_says_its_purpose_in_one_line():
+    """Each room's ``__init__.py`` opens with a docstring whose first line says what the room is for."""
+    for room in ROOMS:
+        doc = ast.get_docstring(ast.parse((LORE / room.split(".")[1] / "__init__.py").read_text()))
+        assert doc and doc.splitlines()[0].strip(), f"{room}: no one-line purpose in its __init__.py"
+
+
 def test_every_room_and_door_is_described():
     rooms = {room_of(m) for m in import_graph() if m.count(".") >= 1 and (LORE / m.split(".")[1]).is_dir()}
     assert rooms - SHARED == set(ROOMS), "a package without a line in ROOMS (or a line for one that is gone)"
@@ -201,8 +274,8 @@ def test_the_trainer_knows_the_method_through_lore_method_only():
     """lore.train holds a LoReAgent: it imports neither DreamerV3 nor the prior directly, and no analysis."""
     graph = import_graph()
     direct = {room_of(dep) for m, deps in graph.items() if room_of(m) == "lore.train" for dep in deps}
-    assert not direct & {"lore.dreamer", "lore.prior", "lore.analysis"}, direct
-    assert not {room_of(m) for m in reaches(graph, "lore.train")} & {"lore.analysis"}
+    assert not direct & {"lore.dreamer", "lore.prior", *ANALYSIS_ROOMS}, direct
+    assert not {room_of(m) for m in reaches(graph, "lore.train")} & set(ANALYSIS_ROOMS)
 
 
 if __name__ == "__main__":

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from lore.analysis.grid import RUN_CACHE_NAME, cache_overrides, grid_jobs
 from lore.config import ConfigError, build_config
+from lore.grid.workflow import RUN_CACHE_NAME, cache_overrides, grid_jobs
 from lore.llm.backends import BackendResponse
 from lore.llm.cache import AdviceCache, TieredCache, open_cache
 from lore.llm.controller import EnvQuery, LLMController

@@ -314,7 +314,7 @@ def test_the_base_url_may_come_from_the_environment(stub, monkeypatch):
 
 
 def test_the_workflow_needs_a_base_url_for_openai(monkeypatch):
-    from lore.analysis.grid import GridError, check_workflow_config
+    from lore.grid.workflow import GridError, check_workflow_config
 
     config = {"envs": ["MiniGrid-DoorKey-5x5-v0"], "ablations": ["prior_only"], "seeds": [0],
               "llm_backend": "openai", "run": {"model.preset": "debug"}}

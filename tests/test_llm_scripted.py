@@ -236,10 +236,10 @@ def test_the_search_cache_gives_the_distances_of_a_fresh_search(name, monkeypatc
         carrying = tuple(int(v) for v in np.asarray(snapshot["carrying"]).reshape(-1)[:2])
         start = mg.initial_state(model, snapshot)
         cached = mg.cost_to_go(model, start, carrying)
-        fresh = search(model, start, carrying, mg._TIE_ORDER)
+        fresh = search(model, start, carrying, mg.TIE_ORDER)
         assert (cached is None) == (fresh is None)
         if fresh is not None:
-            for action in mg._TIE_ORDER:
+            for action in mg.TIE_ORDER:
                 nxt = mg.mg_transition(model, start, action, carrying)
                 assert cached.get(nxt) == fresh[1].get(nxt), (action, nxt)
             assert cached.get(start) == fresh[1].get(start)

@@ -8,7 +8,7 @@ import itertools
 import numpy as np
 import pytest
 
-from lore.analysis import stats as st
+from lore.report import stats as st
 
 
 @pytest.mark.parametrize("n", [2, 3, 5, 6])

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from lore.analysis.aggregate import AnalysisSettings, aggregate
-from lore.analysis.paper import write_generated
-from lore.analysis.paper_macros import SENTENCE_MACROS
-from lore.analysis.runs import load_runs
-from lore.analysis.synthetic import SyntheticRun, run_dir_for, write_run
+from lore.paper.build import write_generated
+from lore.paper.macros import SENTENCE_MACROS
+from lore.report.aggregate import AnalysisSettings, aggregate
+from lore.report.runs import load_runs
+from lore.report.synthetic import SyntheticRun, run_dir_for, write_run
 
 REPO = Path(__file__).resolve().parents[1]
 TEX = REPO / "paper" / "lore.tex"
@@ -55,8 +55,8 @@ def built(generated):
     """The PDF and its LaTeX log (skips without pdflatex)."""
     if shutil.which("pdflatex") is None:
         pytest.skip("pdflatex not found: install TeX Live to build the paper")
-    from lore.analysis.figures import make_figures
-    from lore.analysis.paper import build_pdf
+    from lore.paper.build import build_pdf
+    from lore.report.figures import make_figures
 
     root = generated["root"]
     make_figures(generated["runs"], generated["tables"], SETTINGS, root / "figures")
@@ -86,7 +86,7 @@ def test_paper_has_no_undefined_references_citations_or_statistics(built):
 
 @needs_latex
 def test_figures_print_text_of_at_least_seven_points(built):
-    from lore.analysis.figures import MIN_FONT_PT, SMALLEST_FONT_PT
+    from lore.report.figures import MIN_FONT_PT, SMALLEST_FONT_PT
 
     included = re.findall(r"<(figures//[\w.]+\.pdf), id=\d+, ([\d.]+)pt x [\d.]+pt>\s*\n"
                           r"(?:.*\n){0,3}?\(pdftex\.def\)\s+Requested size: ([\d.]+)pt", built["log"])

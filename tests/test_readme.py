@@ -12,7 +12,7 @@ import pytest
 import yaml
 from workflow_helpers import CONFIG_DIR, REPO, job_counts, run_snakemake
 
-from lore.analysis import readme as rd
+from lore.paper import readme as rd
 
 README = REPO / "README.md"
 
@@ -70,7 +70,7 @@ def test_every_relative_link_of_the_readme_and_the_guides_resolves():
 def test_the_headline_table_is_generated_from_the_benchmark_summary():
     text = README.read_text()
     assert rd.with_headline(text, rd.headline_table(REPO / "docs" / "benchmark" / "summary.csv")) == text, \
-        "README's headline table is stale: python -m lore.analysis.readme"
+        "README's headline table is stale: python -m lore.paper.readme"
     block = text.split(rd.START, 1)[1].split(rd.END, 1)[0]
     assert block.count("\n| ") >= 4 and "[" in block  # rows with CIs
 
@@ -78,7 +78,7 @@ def test_the_headline_table_is_generated_from_the_benchmark_summary():
 def test_the_headline_refuses_a_summary_without_its_columns(tmp_path):
     bad = tmp_path / "summary.csv"
     bad.write_text("env,arm\nx,full\n")
-    proc = subprocess.run([sys.executable, "-m", "lore.analysis.readme", "--summary", str(bad), "--readme",
+    proc = subprocess.run([sys.executable, "-m", "lore.paper.readme", "--summary", str(bad), "--readme",
                            str(README), "--check"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "auc_mean" in proc.stderr and "\n" not in proc.stderr.strip()
 
@@ -102,7 +102,7 @@ def test_the_new_family_in_the_environment_guide_runs():
 
 
 def test_the_minigrid_id_in_the_environment_guide_is_a_valid_grid():
-    from lore.analysis.grid import check_workflow_config
+    from lore.grid.workflow import check_workflow_config
 
     block = yaml.safe_load(_code_blocks((REPO / "docs" / "adding_an_environment.md").read_text(), "yaml")[0])
     config = {**yaml.safe_load((CONFIG_DIR / "config.yaml").read_text()), **block}
@@ -125,8 +125,8 @@ def test_the_ablation_in_the_guide_is_accepted_everywhere(monkeypatch):
 def test_the_experiment_in_the_guide_is_a_valid_declaration(tmp_path):
     import shutil
 
-    from lore.analysis.experiment_declaration import load_declaration
-    from lore.analysis.experiment_plan import plan
+    from lore.experiments.declaration import load_declaration
+    from lore.experiments.plan import plan
 
     text = _code_blocks((REPO / "docs" / "experiments_guide.md").read_text(), "yaml")[0]
     root = tmp_path / "project"

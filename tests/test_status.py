@@ -11,8 +11,8 @@ import pytest
 import yaml
 from test_train import TINY
 
-from lore.analysis.status import read_csv_rows, workflow_lines
 from lore.cli import main as lore_main
+from lore.grid.status import read_csv_rows, workflow_lines
 from lore.train.progress import (
     eta_seconds,
     format_duration,
@@ -252,7 +252,7 @@ def test_workflow_config_adds_the_runs_without_a_directory(tmp_path, capsys):
 
 
 def test_the_grid_the_workflow_recorded_lists_the_runs_not_started(tmp_path, capsys):
-    from lore.analysis.grid import grid_fingerprint, write_grid_record
+    from lore.grid.workflow import grid_fingerprint, write_grid_record
 
     config = {"envs": ["MiniGrid-Empty-5x5-v0"], "ablations": ["rl_only"], "seeds": [0, 1, 2],
               "results_root": str(tmp_path / "res"), "run": {"train.steps": 300, "train.prefill": 100}}
@@ -268,7 +268,7 @@ def test_the_grid_the_workflow_recorded_lists_the_runs_not_started(tmp_path, cap
 
 
 def test_workflow_lines_name_the_failed_runs_and_their_logs(tmp_path):
-    from lore.analysis.grid import TrainJob
+    from lore.grid.workflow import TrainJob
 
     root = tmp_path / "runs"
     make_run(root, seed=0, done={"env_step": 1000, "wall_s": 10.0, "final_success_rate": 1.0})

@@ -30,7 +30,7 @@ from workflow_helpers import (
     write_config,
 )
 
-from lore.analysis.grid import (
+from lore.grid.workflow import (
     CRAFTER_ENV_NAMES,
     GridError,
     check_workflow_config,
@@ -226,7 +226,7 @@ def test_sbatch_call_carries_qos_constraint_gres_and_the_early_term_signal(tmp_p
 
 
 def test_the_early_term_signal_leaves_short_jobs_time_to_train():
-    from lore.analysis.grid import env_resources, train_slurm_extra
+    from lore.grid.workflow import env_resources, train_slurm_extra
 
     assert env_resources({}, "x")["term_before_end_s"] == 300
     assert train_slurm_extra({"term_before_end_s": 300}, runtime_min=60) == "--signal=TERM@300"
@@ -302,12 +302,14 @@ def test_analysis_rules_declare_the_code_their_commands_load(tmp_path):
     proc = run_snakemake(tmp_path / "work", "-n", configfile=configfile, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     planned = _planned_inputs(proc.stdout + proc.stderr)
-    entry = {"aggregate": ["aggregate", "latex", "runs"], "figures": ["aggregate", "figures", "runs"],
-             "paper_macros": ["aggregate", "paper"], "paper": ["paper"], "benchmark_report": ["benchmark_report"]}
+    entry = {"aggregate": ["report.cli", "report.aggregate", "report.latex", "report.runs"],
+             "figures": ["report.cli", "report.aggregate", "report.figures", "report.runs"],
+             "paper_macros": ["paper.cli", "report.aggregate", "paper.build"], "paper": ["paper.cli", "paper.build"],
+             "benchmark_report": ["report.cli", "report.benchmark_report"]}
     for rule, modules in entry.items():
         code = {Path(p).relative_to(REPO).as_posix() for p in planned[rule][0] if p.endswith(".py")}
         script = ("import importlib, sys\n"
-                  f"for m in {['lore.analysis.cli'] + [f'lore.analysis.{m}' for m in modules]}: "
+                  f"for m in {[f'lore.{m}' for m in modules]}: "
                   "importlib.import_module(m)\n"
                   "print(' '.join(m.__file__ for n, m in sys.modules.items() if n.startswith('lore.')))")
         loaded = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
@@ -349,10 +351,10 @@ def test_editing_analysis_code_reruns_the_rules_that_run_it(tmp_path):
             return set()
         return set(job_counts(proc.stdout + proc.stderr)) - {"total", "all"}
 
-    assert planned_after_editing("analysis/grid.py") == set()  # the workflow's own helper: no analysis rule
-    assert planned_after_editing("analysis/figures.py") == {"figures", "paper_macros", "paper"}
-    assert planned_after_editing("analysis/stats.py") == {"aggregate", "figures", "paper_macros", "paper"}
-    assert planned_after_editing("analysis/paper.py") == {"paper_macros", "paper"}
+    assert planned_after_editing("grid/workflow.py") == set()  # the workflow's own helper: no analysis rule
+    assert planned_after_editing("report/figures.py") == {"figures", "paper_macros", "paper"}
+    assert planned_after_editing("report/stats.py") == {"aggregate", "figures", "paper_macros", "paper"}
+    assert planned_after_editing("paper/build.py") == {"paper_macros", "paper"}
 
 
 # --------------------------------------------------------------------------- end to end (minutes)
@@ -361,8 +363,8 @@ def test_editing_analysis_code_reruns_the_rules_that_run_it(tmp_path):
 def _stats_numbers(stats_csv: Path) -> list[str]:
     """Formatted IQM values of the statistics table, as the paper prints them (per environment: the
     rows pooling the environments, env == "all", are not in the success-rate tables)."""
-    from lore.analysis.aggregate import ALL_ENVS
-    from lore.analysis.latex import formatter_for
+    from lore.report.aggregate import ALL_ENVS
+    from lore.report.latex import formatter_for
 
     stats = pd.read_csv(stats_csv)
     numbers = []
@@ -483,7 +485,7 @@ def test_killed_training_job_resumes_from_its_checkpoint(tmp_path):
 
 
 def test_retry_resources_grow_with_the_attempt_but_stop_at_the_cap():
-    from lore.analysis.grid import retry_resource
+    from lore.grid.workflow import retry_resource
 
     assert [retry_resource(2880, a) for a in (1, 2, 3, 4)] == [2880, 5760, 5760, 5760]  # default cap 2x
     assert [retry_resource(60, a, cap=150) for a in (1, 2, 3)] == [60, 120, 150]

@@ -1,6 +1,6 @@
 """Hostile workflow configs: each is refused before any job, with one short line that names the key.
 
-Most cases run the workflow's own check (lore.analysis.grid.checked_workflow_config, what
+Most cases run the workflow's own check (lore.grid.workflow.checked_workflow_config, what
 workflow/rules/common.smk calls) on a config file, in a scratch working directory; a handful go through
 Snakemake itself. Every case: an error (non-zero exit), one line of at most MAX_MESSAGE_CHARS naming the key,
 nothing written.
@@ -15,7 +15,7 @@ import pytest
 import yaml
 from workflow_helpers import CONFIG_DIR, REPO, job_counts, run_snakemake
 
-from lore.analysis.grid import (
+from lore.grid.workflow import (
     GRID_RECORD,
     MAX_MESSAGE_CHARS,
     GridError,

@@ -26,6 +26,16 @@ CONFIG_DIR = REPO / "config"
 VENV_BIN = Path(sys.executable).parent
 
 
+def analysis_main(argv: list[str]) -> int:
+    """The analysis command line: ``paper-macros`` and ``paper-build`` are :mod:`lore.paper.cli`'s, the other
+    commands (``aggregate``, ``figures``, ``benchmark-report``) :mod:`lore.report.cli`'s."""
+    from lore.paper.cli import COMMANDS as PAPER_COMMANDS
+    from lore.paper.cli import main as paper_main
+    from lore.report.cli import main as report_main
+
+    return (paper_main if argv and argv[0] in PAPER_COMMANDS else report_main)(argv)
+
+
 def snakemake_cmd(workdir: Path, *args: str, configfile: Path | None = None) -> list[str]:
     cmd = [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "--directory", str(workdir)]
     if configfile is not None:

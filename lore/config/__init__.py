@@ -41,7 +41,7 @@ from lore.config.sections import (
     RunConfig,
     TrainConfig,
 )
-from lore.config.typecheck import _from_dict, to_dict
+from lore.config.typecheck import from_dict, to_dict
 from lore.config.validate import (
     ADVISED_SETTINGS,
     CRAFTER_ENV_NAMES,
@@ -56,7 +56,7 @@ from lore.config.validate import (
     numeric_keys,
     validate_semantics,
 )
-from lore.config.yaml_loading import MAX_CONFIG_BYTES, MAX_YAML_VALUES, _parse_yaml, load_yaml
+from lore.config.yaml_loading import MAX_CONFIG_BYTES, MAX_YAML_VALUES, load_yaml, parse_yaml
 from lore.presets import ModelConfig
 from lore.validation import ConfigError, Limit, ranged
 
@@ -65,8 +65,8 @@ __all__ = [
     "MAX_PLAN_WORK", "MAX_SCALE", "MAX_STEPS", "MAX_YAML_VALUES", "RENAMED_VALUES", "RETIRED",
     "AdvisorConfig", "ConfigError", "ControllerConfig", "DistillConfig", "DreamerConfig", "EnvConfig", "EvalConfig",
     "FeaturesConfig", "LLMConfig", "Limit", "ModelConfig", "PlanConfig", "PriorConfig", "RunConfig", "TrainConfig",
-    "_from_dict", "_parse_yaml", "build_config", "check_advisor_settings", "check_crafter_settings", "check_ranges",
-    "config_from_saved", "deep_merge", "dotted", "drop_retired", "estimated_parameters", "limits", "load_config",
-    "load_yaml", "nested_from_dotted", "numeric_keys", "parse_override", "ranged", "save_config", "to_dict",
-    "validate_semantics",
+    "build_config", "check_advisor_settings", "check_crafter_settings", "check_ranges", "config_from_saved",
+    "deep_merge", "dotted", "drop_retired", "estimated_parameters", "from_dict", "limits", "load_config",
+    "load_yaml", "nested_from_dotted", "numeric_keys", "parse_override", "parse_yaml", "ranged", "save_config",
+    "to_dict", "validate_semantics",
 ]

@@ -11,7 +11,7 @@ from lore.ablations import ablation_overrides
 from lore.config.overrides import deep_merge, nested_from_dotted, parse_override
 from lore.config.retired import drop_retired
 from lore.config.sections import RunConfig
-from lore.config.typecheck import _from_dict, to_dict
+from lore.config.typecheck import from_dict, to_dict
 from lore.config.validate import check_advisor_settings, validate_semantics
 from lore.config.yaml_loading import load_yaml
 from lore.presets import resolve_model
@@ -32,7 +32,7 @@ def build_config(
     data = deep_merge(data, nested_from_dotted(ablation_overrides(name)))
     data["ablation"] = name
     data = drop_retired(deep_merge(data, override_tree))
-    cfg = _from_dict(RunConfig, data)
+    cfg = from_dict(RunConfig, data)
     cfg.model = resolve_model(cfg.model)
     validate_semantics(cfg)
     return cfg
@@ -79,7 +79,7 @@ def config_from_saved(path: str | Path) -> RunConfig:
     """
     data = load_yaml(path)
     try:
-        cfg = _from_dict(RunConfig, drop_retired(data))
+        cfg = from_dict(RunConfig, drop_retired(data))
         cfg.model = resolve_model(cfg.model)
         validate_semantics(cfg)
     except ConfigError as e:

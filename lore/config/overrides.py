@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lore.config.yaml_loading import _parse_yaml
+from lore.config.yaml_loading import parse_yaml
 from lore.validation import ConfigError, show
 
 
@@ -17,7 +17,7 @@ def parse_override(text: str) -> dict:
     if not key or any(not part.isidentifier() for part in key.split(".")):
         raise ConfigError(f"bad override {show(text)}: {show(key)} is not a dotted key like train.steps")
     try:
-        value = _parse_yaml(raw) if raw.strip() else ""
+        value = parse_yaml(raw) if raw.strip() else ""
     except ConfigError as e:
         raise ConfigError(f"{key}: bad value in --set {show(text)}: {e}") from None
     node: dict = {}

@@ -48,7 +48,7 @@ RETIRED: dict[str, Any] = {
 at that value, such as the saved ``config.yaml`` of an older run, loads with the key dropped."""
 
 
-def _yaml_text(value: Any) -> str:
+def yaml_text(value: Any) -> str:
     """A scalar as YAML writes it (``false``, ``0.1``, ``'combined'``)."""
     return yaml.safe_dump(value, default_style=None).removesuffix("\n...\n").strip()
 
@@ -118,6 +118,6 @@ def drop_retired(data: dict) -> dict:
         if isinstance(node, dict) and isinstance(node.get(name), bool) and node[name] in renames:
             out[section] = {**node, name: renames[node[name]]}
     for key in retired_values(out, changed_only=True):
-        raise ConfigError(f"{key}: retired setting; only its default {_yaml_text(RETIRED[key])} is accepted "
+        raise ConfigError(f"{key}: retired setting; only its default {yaml_text(RETIRED[key])} is accepted "
                           f"(the variant was removed)")
     return without_keys(out, retired_values(out))

@@ -44,7 +44,7 @@ def _check_value(tp: Any, value: Any, key: str) -> Any:
             raise ConfigError(f"{key}: expected a mapping, got {type(value).__name__}")
         return dict(value)
     if dataclasses.is_dataclass(tp):
-        return _from_dict(tp, value, key)
+        return from_dict(tp, value, key)
     if tp is bool:
         if not isinstance(value, bool):
             raise ConfigError(f"{key}: expected true/false, got {show(value)}")
@@ -78,7 +78,9 @@ def _check_value(tp: Any, value: Any, key: str) -> Any:
     raise ConfigError(f"{key}: unsupported type {tp}")
 
 
-def _from_dict(cls: type, data: Any, prefix: str = "") -> Any:
+def from_dict(cls: type, data: Any, prefix: str = "") -> Any:
+    """The dataclass ``cls`` built from the mapping ``data``, every key and type checked (a :class:`ConfigError`
+    naming the key, ``prefix`` its dotted path); no range or cross-field check (:mod:`lore.config.validate`)."""
     if not isinstance(data, dict):
         raise ConfigError(f"{prefix or 'config'}: expected a mapping, got {type(data).__name__} {show(data)}")
     hints = typing.get_type_hints(cls)

@@ -120,7 +120,7 @@ _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 """libyaml's safe loader where PyYAML has it (about 15x faster on a large file), else the pure-Python one."""
 
 
-def _parse_yaml(text: str) -> Any:
+def parse_yaml(text: str) -> Any:
     """Parse one YAML document strictly; every failure is a :class:`ConfigError` with a one-line message."""
     loader = None
     try:
@@ -165,7 +165,7 @@ def load_yaml(path: str | Path) -> dict:
         raise ConfigError(f"config file {path}: not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start}; "
                           f"a binary file?)") from None
     try:
-        data = _parse_yaml(text)
+        data = parse_yaml(text)
     except ConfigError as e:
         raise ConfigError(f"config file {path}: {e}") from None
     if data is None:

@@ -25,13 +25,25 @@ import logging
 import os
 import re
 import time
-from collections import deque
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import urlsplit
 
 from lore.config.sections import MAX_BACKOFF_S, MAX_LLM_RETRIES, MAX_LLM_TIMEOUT_S
+from lore.llm.backend_base import (  # noqa: F401  (re-exported: lore.llm, tests)
+    BACKEND_FAILURES,
+    AdviceRequest,
+    Backend,
+    BackendResponse,
+    LLMConfigError,
+    LLMConnectionError,
+    LLMError,
+    LLMHTTPError,
+    LLMRateLimited,
+    LLMReplayMiss,
+    LLMServerError,
+    LLMTimeout,
+)
+from lore.llm.replay import ReplayBackend
 from lore.llm.schema import DEFAULT_MAX_PLAN_LEN, gemini_response_schema, json_response_schema
 from lore.llm.scripted import ScriptedAdvisor
 from lore.llm.secrets import API_KEY_ENV, OPENAI_API_KEY_ENV, key_problem, redact_text
@@ -40,115 +52,7 @@ from lore.validation import shown_url, url_problem
 
 log = logging.getLogger(__name__)
 
-BACKEND_FAILURES = (
-    "timeout", "rate_limited", "server_error", "http_error", "connection_error", "replay_miss",
-    "backend_error", "too_large", "truncated",
-)
-"""Failure kinds raised by backends (validation kinds are in :data:`lore.llm.schema.VALIDATION_FAILURES`)."""
-
-
-# ----------------------------------------------------------------------------- errors
-
-
-class LLMConfigError(ValueError):
-    """A start-up problem (missing key, unusable replay ledger, unknown backend)."""
-
-
-class LLMError(Exception):
-    """A failed call; ``kind`` names the failure, ``attempts`` the HTTP attempts made."""
-
-    kind = "backend_error"
-
-    status: int | None = None
-    """The HTTP status of a failure the server answered."""
-    detail: str = ""
-    """The server's own message of a failure it answered (redacted)."""
-    warning: str | None = None
-    """Something the run should know beyond the failure (the server dropped ``response_format``)."""
-
-    def __init__(self, message: str, attempts: int = 1, kind: str | None = None,
-                 deliver_at: tuple[int, int] | None = None):
-        super().__init__(message)
-        self.attempts = attempts
-        self.deliver_at = deliver_at  # replay: (step, phase) at which the original run saw this failure
-        if kind is not None:
-            self.kind = kind
-
-
-class LLMTimeout(LLMError):
-    kind = "timeout"
-
-
-class LLMRateLimited(LLMError):
-    kind = "rate_limited"
-
-
-class LLMServerError(LLMError):
-    kind = "server_error"
-
-
-class LLMHTTPError(LLMError):
-    kind = "http_error"
-
-
-class LLMConnectionError(LLMError):
-    kind = "connection_error"
-
-
-class LLMReplayMiss(LLMError):
-    kind = "replay_miss"
-
-
-# ----------------------------------------------------------------------------- request / response
-
-
-@dataclass
-class AdviceRequest:
-    """One question to a backend. ``snapshot`` is the env's ``state_snapshot()`` (scripted only)."""
-
-    prompt: str
-    prompt_hash: str
-    num_actions: int
-    action_names: list[str]
-    env_family: str
-    snapshot: dict | None = None
-    state_key: str = ""
-    env_step: int = 0
-    env_index: int = 0
-    with_features: bool = False
-    max_plan_len: int = DEFAULT_MAX_PLAN_LEN
-    call: CallState | None = None
-    """HTTP backends: the call's deadline and progress, which the caller may cancel (a fresh one if None)."""
-
-
-@dataclass
-class BackendResponse:
-    """A raw answer (JSON text or an already-parsed dict) before validation."""
-
-    text: str | dict
-    tokens_in: int = 0
-    tokens_out: int = 0
-    model: str = ""
-    attempts: int = 1
-    deliver_at: tuple[int, int] | None = None
-    """Replay only: (env step, phase) at which the original run applied this answer (see the controller)."""
-    replayed_cache_hit: bool = False
-    """Replay only: the original run answered this from its persistent cache (free of budget)."""
-    extra: dict = field(default_factory=dict)
-
-
-class Backend(Protocol):
-    name: str
-    model: str
-    cache_tag: str
-    """Extra part of the persistent-cache key (scripted: advisor mode/accuracy/confidence)."""
-    needs_snapshot: bool
-    inline: bool
-    """True when ``complete`` is instant and deterministic: the controller calls it in-line."""
-
-    def complete(self, request: AdviceRequest) -> BackendResponse: ...
-
-    def close(self) -> None: ...
+# the request, the response, the protocol and the failures: lore.llm.backend_base (re-exported here)
 
 
 # ----------------------------------------------------------------------------- scripted
@@ -718,84 +622,6 @@ def check_endpoint(llm) -> None:
     finally:
         backend.close()
 
-
-
-# ----------------------------------------------------------------------------- replay
-
-
-class ReplayBackend:
-    """Answers from a recorded ``llm_calls.jsonl``: by prompt hash, in recorded order.
-
-    A prompt recorded k times is answered with its k recorded answers in order, then with the last
-    one again. Recorded failures are re-raised with their kind. Only lines that came from a backend
-    or the persistent cache are used (surrogate answers are recomputed by the controller).
-    """
-
-    name = "replay"
-    needs_snapshot = False
-    inline = True
-    cache_tag = ""
-
-    def __init__(self, ledger_path: str | Path):
-        from lore.llm.ledger import LedgerError, read_ledger
-
-        path = Path(ledger_path)
-        if not path.is_file():
-            raise LLMConfigError(f"replay ledger not found: {path}")
-        try:
-            records = read_ledger(path)
-        except LedgerError as e:
-            raise LLMConfigError(f"replay ledger unusable: {e}") from None
-        self.path = path
-        self._answers: dict[str, deque] = {}
-        self._last: dict[str, dict] = {}
-        for lineno, record in records:
-            missing = [k for k in ("prompt_hash", "ok") if k not in record]
-            if missing:
-                raise LLMConfigError(f"replay ledger unusable: {path}:{lineno}: missing field(s) {missing}")
-            if record.get("source", "backend") not in ("backend", "cache"):
-                continue
-            self._answers.setdefault(record["prompt_hash"], deque()).append(record)
-        if not self._answers:
-            raise LLMConfigError(f"replay ledger unusable: {path} has no recorded answers")
-        models = {r.get("model") for q in self._answers.values() for r in q}
-        self.model = "replay:" + ",".join(sorted(str(m) for m in models))
-
-    def next_is_cache_hit(self, prompt_hash: str) -> bool:
-        """Whether the next recorded answer to this prompt came from the original run's cache."""
-        queue = self._answers.get(prompt_hash)
-        record = queue[0] if queue else self._last.get(prompt_hash)
-        return bool(record and record.get("cache_hit"))
-
-    def complete(self, request: AdviceRequest) -> BackendResponse:
-        queue = self._answers.get(request.prompt_hash)
-        if queue is None:
-            raise LLMReplayMiss(f"prompt {request.prompt_hash} is not in {self.path}")
-        record = queue.popleft() if queue else self._last[request.prompt_hash]
-        self._last[request.prompt_hash] = record
-        deliver = None
-        if record.get("answered_step") is not None:
-            deliver = (int(record["answered_step"]), int(record.get("answered_phase") or 0))
-        warning = record.get("warning")
-        if not record.get("ok") and record.get("raw") is None:
-            attempts = record.get("attempts")
-            error = LLMError(f"replayed failure: {record.get('failure')}", 1 if attempts is None else int(attempts),
-                             kind=str(record.get("failure") or "backend_error"), deliver_at=deliver)
-            error.warning = warning
-            raise error
-        raw = record.get("raw")
-        if raw is None:
-            raw = record.get("answer")
-        return BackendResponse(
-            text=raw, tokens_in=int(record.get("tokens_in") or 0), tokens_out=int(record.get("tokens_out") or 0),
-            model=str(record.get("model") or ""), attempts=int(record.get("attempts") or 1),
-            deliver_at=deliver,
-            replayed_cache_hit=bool(record.get("cache_hit")),
-            extra={"warning": warning} if warning else {},
-        )
-
-    def close(self) -> None:
-        pass
 
 
 # ----------------------------------------------------------------------------- factory

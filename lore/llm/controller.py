@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -62,7 +61,7 @@ from lore.llm.schema import (
     validate_advice,
 )
 from lore.llm.secrets import current_secrets, redact_text, redact_value, scrub_answer
-from lore.llm.transport import CallState
+from lore.llm.transport import CallState, spawn_call
 from lore.utils.io import expand_run_dir
 
 log = logging.getLogger("lore.llm")
@@ -155,22 +154,6 @@ def code_id(code: str) -> str:
 def _key_digest(state_key: str) -> int:
     """8-byte digest of a state key: the novelty set stays small on long Crafter runs."""
     return int.from_bytes(hashlib.blake2b(state_key.encode(), digest_size=8).digest(), "little")
-
-
-def _spawn(fn: Callable, *args) -> Future:
-    """Run ``fn(*args)`` on a fresh daemon thread: a hung call can never block shutdown."""
-    future: Future = Future()
-
-    def run() -> None:
-        if not future.set_running_or_notify_cancel():
-            return
-        try:
-            future.set_result(fn(*args))
-        except BaseException as e:  # delivered to the controller, never lost
-            future.set_exception(e)
-
-    threading.Thread(target=run, name="lore-llm-call", daemon=True).start()
-    return future
 
 
 class LLMController:
@@ -551,7 +534,7 @@ class LLMController:
         else:
             self._calls_made += 1
             self._counters["llm_calls"] += 1
-            future = _spawn(self._call, request)
+            future = spawn_call(self._call, request)
         self._pending.append(_Pending(request, future, time.monotonic(), heldout))
         if heldout is not None:
             self._counters["llm_heldout_checks"] += 1

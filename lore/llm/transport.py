@@ -24,6 +24,8 @@ import socket
 import threading
 import time
 import zlib
+from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
 
 MAX_RESPONSE_BYTES = 1 << 20
@@ -367,3 +369,19 @@ def is_loopback(host: str | None) -> bool:
         return address.is_loopback or address.is_unspecified
     except ValueError:
         return False
+
+
+def spawn_call(fn: Callable, *args) -> Future:
+    """Run ``fn(*args)`` on a fresh daemon thread: a hung call can never block shutdown."""
+    future: Future = Future()
+
+    def run() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(fn(*args))
+        except BaseException as e:  # delivered to the controller, never lost
+            future.set_exception(e)
+
+    threading.Thread(target=run, name="lore-llm-call", daemon=True).start()
+    return future

@@ -1,1 +1,1 @@
-
+"""Training: the loop, replay, evaluation and checkpoints of one run (``lore train``, ``lore eval``)."""

@@ -136,11 +136,11 @@ def checkpoint_mismatch(payload: dict, cfg: RunConfig) -> str:
     saved = payload.get("config")
     if not isinstance(saved, dict):
         return "it does not record its config"
-    from lore.config import _from_dict, drop_retired
+    from lore.config import drop_retired, from_dict
     from lore.presets import resolve_model
 
     try:  # read as a saved config.yaml is: retired keys dropped, keys added since at their defaults
-        recorded = _from_dict(RunConfig, drop_retired(saved))
+        recorded = from_dict(RunConfig, drop_retired(saved))
         recorded.model = resolve_model(recorded.model)
     except (ConfigError, TypeError, ValueError) as e:
         return f"the config it records is invalid ({e})"

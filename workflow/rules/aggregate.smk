@@ -22,4 +22,4 @@ rule aggregate:
     conda:
         "../envs/lore.yaml"
     shell:
-        "python -m lore.analysis.cli aggregate {params.run_dirs} --out {params.out} {params.settings} > {log} 2>&1"
+        "python -m lore.report.cli aggregate {params.run_dirs} --out {params.out} {params.settings} > {log} 2>&1"

@@ -1,7 +1,7 @@
 # The LLM-prior benchmark report (config/benchmark.yaml: docs/benchmark/): README.md with the per-arm
 # table, summary.csv, and copies of the figures it cites and of the CSV tables. The project README's
 # Figure 1 is docs/benchmark/figures/fig1_success.png and its headline table is rewritten from
-# docs/benchmark/summary.csv (lore.analysis.readme), so neither can drift from what the code produces.
+# docs/benchmark/summary.csv (lore.paper.readme), so neither can drift from what the code produces.
 # Only with `benchmark_report:` set.
 
 
@@ -31,5 +31,5 @@ if BENCHMARK_REPORT_DIR:
         conda:
             "../envs/lore.yaml"
         shell:
-            "python -m lore.analysis.cli benchmark-report --tables {params.tables} --figures {params.figures} "
+            "python -m lore.report.cli benchmark-report --tables {params.tables} --figures {params.figures} "
             "--out {params.out} {params.settings} > {log} 2>&1 {params.headline}"

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
-from lore.analysis.grid import (
+from lore.grid.workflow import (
     CRAFTER_ENV_NAMES,
     GridError,
     retry_resource,
@@ -50,7 +50,7 @@ ENVS = grid_envs(config)
 
 # Every output lives under `results_root` (results/ for config/config.yaml, results/<name> for any other config
 # file unless it names its own), so two configs never write the same file; the main job's paper/generated is the
-# exception (lore.analysis.grid.generated_dir).
+# exception (lore.grid.workflow.generated_dir).
 RESULTS = results_root(config)
 RUN_DIR = os.path.join(runs_root(config), "{env}", "{ablation}", "seed{seed}")
 LOGS = f"{RESULTS}/logs"
@@ -69,7 +69,7 @@ FIGURE_NAMES += ["crafter_achievements"] if any(env in CRAFTER_ENV_NAMES for env
 GENERATED_FILES = [f"{GENERATED}/{name}.tex" for name in ("macros", "sr_table", "efficiency_table", "crafter_table", "ablation_table")]
 
 # The benchmark report (`benchmark_report: {out: ...}`, config/benchmark.yaml): what
-# lore.analysis.benchmark_report.write_report writes (REPORT_FIGURES, REPORT_TABLES there; names kept
+# lore.report.benchmark_report.write_report writes (REPORT_FIGURES, REPORT_TABLES there; names kept
 # here so that a dry run does not import pandas).
 BENCHMARK_REPORT_DIR = os.path.normpath(config["benchmark_report"]["out"]) if config.get("benchmark_report") else None
 BENCHMARK_REPORT_FIGURES = ["fig1_success", "prior_dynamics", "kl_traces"]
@@ -82,7 +82,7 @@ BENCHMARK_REPORT_FILES = (
 )
 
 # The grid's fingerprint, recorded when jobs are about to run (never by a dry run): a later grid that differs
-# is refused from the same results_root (lore.analysis.grid.check_grid_record).
+# is refused from the same results_root (lore.grid.workflow.check_grid_record).
 onstart:
     if not config.get("experiment"):  # an experiment runs its own runs, not this grid
         write_grid_record(config)
@@ -112,7 +112,7 @@ def train_resource(name, default=None):
 
     mem_mb and runtime grow with the attempt number, so a job killed for exceeding them gets
     more on its retry, up to `max_mem_mb` / `max_runtime` (default: twice the value); runtime is in minutes.
-    slurm_extra carries `--signal=TERM@<term_before_end_s>` (lore.analysis.grid.train_slurm_extra).
+    slurm_extra carries `--signal=TERM@<term_before_end_s>` (lore.grid.workflow.train_slurm_extra).
     """
     def get(wildcards, attempt):
         resources = env_resources(config, wildcards.env)
@@ -156,26 +156,26 @@ def shared_cache(wildcards):
     return shared_cache_input(config, wildcards.ablation)
 
 
-# The code each analysis rule runs (its `python -m lore.analysis.cli <command>` and every lore module
-# that command imports), declared as inputs: editing it reruns the rule and what depends on it.
+# The code each analysis rule runs (its `python -m lore.report.cli <command>` or `lore.paper.cli <command>`
+# and every lore module that command imports), declared as inputs: editing it reruns the rule and what
+# depends on it.
 # tests/test_workflow.py checks these lists against the modules the commands load.
 # the Crafter score is Crafter's (lore/envs/crafter.py), and importing it loads the envs package
 _ENVS_CODE = ["envs/base", "envs/crafter", "envs/factory", "envs/minigrid", "envs/vector"]
-_TABLES_CODE = ["analysis/cli", "analysis/aggregate", "analysis/runs", "analysis/stats", "analysis/settings",
-                "analysis/latex", "analysis/synthetic", "analysis/outputs", "utils/io", "ablations", *_ENVS_CODE]
-# lore.analysis.paper and the modules it assembles macros.tex from
-_PAPER_CODE = ["analysis/paper", "analysis/paper_macros", "analysis/paper_numbers", "analysis/paper_results",
-               "analysis/paper_method"]
+_TABLES_CODE = ["report/cli", "report/aggregate", "report/runs", "report/stats", "report/settings",
+                "report/latex", "report/synthetic", "report/outputs", "utils/io", "ablations", *_ENVS_CODE]
+# the paper's commands, lore.paper.build and the modules it assembles macros.tex from
+_PAPER_CODE = ["paper/cli", "paper/build", "paper/macros", "paper/numbers", "paper/results", "paper/method"]
 # the defaults the paper quotes come from lore.config, a package: every module of it
 _CONFIG_CODE = [f"config/{path.stem}" for path in sorted((REPO / "lore" / "config").glob("*.py"))]
 ANALYSIS_CODE = {
     "aggregate": _TABLES_CODE,
-    "figures": _TABLES_CODE + ["analysis/figures"],
-    "paper_macros": _TABLES_CODE + ["analysis/figures", *_PAPER_CODE, *_CONFIG_CODE],
-    # paper-build only compiles the TeX, but loading lore.analysis.paper loads the table code too
-    "paper": ["analysis/cli", *_PAPER_CODE, "analysis/aggregate", "analysis/latex", "analysis/runs",
-              "analysis/settings", "analysis/stats", "analysis/outputs", "utils/io", *_ENVS_CODE],
-    "benchmark_report": _TABLES_CODE + ["analysis/benchmark_report"],
+    "figures": _TABLES_CODE + ["report/figures"],
+    "paper_macros": _TABLES_CODE + ["report/figures", *_PAPER_CODE, *_CONFIG_CODE],
+    # paper-build only compiles the TeX, but loading lore.paper.build (and lore.report.cli) loads the table code
+    "paper": ["report/cli", *_PAPER_CODE, "report/aggregate", "report/latex", "report/runs",
+              "report/settings", "report/stats", "report/outputs", "utils/io", *_ENVS_CODE],
+    "benchmark_report": _TABLES_CODE + ["report/benchmark_report"],
 }
 
 
@@ -214,12 +214,12 @@ def outputs_lines():
 
 
 # ---------------------------------------------------------------- declared experiments
-from lore.analysis import archive as EXP_ARCHIVE
-from lore.analysis import experiment_declaration as EXP_DECL
-from lore.analysis import experiment_log as EXP_LOG
-from lore.analysis import experiment_plan as EXP_PLAN
+from lore import archive as EXP_ARCHIVE
+from lore.experiments import declaration as EXP_DECL
+from lore.experiments import log as EXP_LOG
+from lore.experiments import plan as EXP_PLAN
 
-from lore.analysis import launch as EXP_LAUNCH
+from lore.experiments import launch as EXP_LAUNCH
 
 def _exp_report(line):
     if workflow.is_main_process:
@@ -309,4 +309,4 @@ def readme_headline_command(wildcards, output):
     out = os.path.dirname(output.readme)
     if os.path.normpath(out) != "docs/benchmark":
         return ""
-    return f"&& python -m lore.analysis.readme --summary {out}/summary.csv --readme README.md"
+    return f"&& python -m lore.paper.readme --summary {out}/summary.csv --readme README.md"

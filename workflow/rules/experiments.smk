@@ -6,7 +6,7 @@
 # A run is identified by its resolved config and seed: one that finished anywhere under results/, or that is
 # archived in runs/ (tracked in git), is reused. Each run is archived in runs/ as soon as it finishes.
 #
-# One training rule per launch rank (lore.analysis.launch): the runs the decision rule reads, seed by seed,
+# One training rule per launch rank (lore.experiments.launch): the runs the decision rule reads, seed by seed,
 # then the others; a higher rank has the higher priority, so a grid stopped half-way is balanced.
 
 for _rank, (_name, _seed, _keys) in enumerate(EXP_RANKS):
@@ -55,7 +55,7 @@ rule experiment_trial:
     conda:
         "../envs/lore.yaml"
     shell:
-        "python -m lore.analysis.experiments compare {wildcards.name} --out {params.out} > {log} 2>&1"
+        "python -m lore.experiments.cli compare {wildcards.name} --out {params.out} > {log} 2>&1"
 
 
 rule experiment_compare:
@@ -75,7 +75,7 @@ rule experiment_compare:
     conda:
         "../envs/lore.yaml"
     shell:
-        "python -m lore.analysis.experiments compare {wildcards.name} --record > {log} 2>&1"
+        "python -m lore.experiments.cli compare {wildcards.name} --record > {log} 2>&1"
 
 
 rule experiment_log:
@@ -88,4 +88,4 @@ rule experiment_log:
     conda:
         "../envs/lore.yaml"
     shell:
-        "python -m lore.analysis.experiments log --out {output:q} > {log} 2>&1"
+        "python -m lore.experiments.cli log --out {output:q} > {log} 2>&1"

@@ -24,5 +24,5 @@ rule figures:
     conda:
         "../envs/lore.yaml"
     shell:
-        "MPLBACKEND=Agg python -m lore.analysis.cli figures {params.run_dirs} --tables {params.tables} "
+        "MPLBACKEND=Agg python -m lore.report.cli figures {params.run_dirs} --tables {params.tables} "
         "--out {params.out} {params.settings} > {log} 2>&1"

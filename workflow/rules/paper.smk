@@ -1,5 +1,5 @@
 # The paper: LaTeX macros and tables from the statistics, then the PDF (latexmk / pdflatex).
-from lore.analysis.paper_method import QUOTED_RECORDS
+from lore.paper.method import QUOTED_RECORDS
 
 
 rule paper_macros:
@@ -24,7 +24,7 @@ rule paper_macros:
     conda:
         "../envs/lore.yaml"
     shell:
-        "python -m lore.analysis.cli paper-macros --tables {params.tables} --out {params.out} "
+        "python -m lore.paper.cli paper-macros --tables {params.tables} --out {params.out} "
         "--envs {params.envs} {params.settings} > {log} 2>&1"
 
 
@@ -50,5 +50,5 @@ rule paper:
         "../envs/lore.yaml"
     shell:
         # Fails with a message naming the TeX Live packages to install when LaTeX is missing.
-        "python -m lore.analysis.cli paper-build --tex {input.tex} --generated {params.generated} "
+        "python -m lore.paper.cli paper-build --tex {input.tex} --generated {params.generated} "
         "--figures {params.figures} --out {output} --log {log}"

@@ -38,15 +38,15 @@ from lore.llm.scripted.crafter import (
     crafter_view,
 )
 from lore.llm.scripted.minigrid import (
-    _TIE_ORDER,
     MG_ACTIONS,
     MINIGRID_FEATURES,
-    _subgoal,
+    TIE_ORDER,
     cost_to_go,
     grid_model,
     initial_state,
     minigrid_action_costs,
     minigrid_plan,
+    subgoal_of,
 )
 
 __all__ = [
@@ -166,7 +166,7 @@ class ScriptedAdvisor:
             return self._answer(n, ids[worst], [ids[worst]], self.confidence, "", "adversarial advice")
         carrying = tuple(int(v) for v in np.asarray(snapshot["carrying"]).reshape(-1)[:2])
         start = initial_state(model, snapshot)
-        dist = cost_to_go(model, start, carrying, tuple(a for a in _TIE_ORDER if a in ids))
+        dist = cost_to_go(model, start, carrying, tuple(a for a in TIE_ORDER if a in ids))
         if dist is None or start not in dist:
             return self._uniform(n, "no path to the goal found")
         plan = minigrid_plan(model, start, dist, carrying, self.max_plan_len)
@@ -176,7 +176,7 @@ class ScriptedAdvisor:
         if self._noisy_wrong():
             wrong = self._wrong_action(n, plan_ids[0])
             return self._answer(n, wrong, [wrong], self.confidence, "", "noisy advice")
-        return self._answer(n, plan_ids[0], plan_ids, self.confidence, _subgoal(plan),
+        return self._answer(n, plan_ids[0], plan_ids, self.confidence, subgoal_of(plan),
                             f"{dist[start]} actions to the goal")
 
     # ------------------------------------------------------------------ Crafter

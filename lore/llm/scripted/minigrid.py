@@ -25,7 +25,7 @@ MG_OPEN, MG_CLOSED, MG_LOCKED = 0, 1, 2
 MG_DIR_VEC = ((1, 0), (0, 1), (-1, 0), (0, -1))  # right, down, left, up
 MG_ACTIONS = ("left", "right", "forward", "pickup", "drop", "toggle", "done")
 MG_PASSABLE = (0, MG_EMPTY, MG_FLOOR, MG_GOAL)
-_TIE_ORDER = ("forward", "left", "right", "pickup", "toggle", "drop", "done")
+TIE_ORDER = ("forward", "left", "right", "pickup", "toggle", "drop", "done")
 """Preference among equally short paths (deterministic plans)."""
 
 GOAL = "goal"  # terminal pseudo-state of the search
@@ -145,7 +145,7 @@ SEARCH_CACHE_SIZE = 4
 
 
 def cost_to_go(model: GridModel, start: MGState, snapshot_carrying: tuple[int, int],
-               actions: tuple[str, ...] = _TIE_ORDER) -> dict | None:
+               actions: tuple[str, ...] = TIE_ORDER) -> dict | None:
     """Fewest actions from every state reachable from ``start`` to the goal (missing = unreachable).
 
     Forward BFS enumerates the reachable graph, then a backward BFS from :data:`GOAL` gives the
@@ -212,7 +212,7 @@ def minigrid_plan(model: GridModel, start: MGState, dist: dict, snapshot_carryin
     state = start
     while state != GOAL and len(plan) < max_len and state in dist:
         best = None
-        for action in _TIE_ORDER:
+        for action in TIE_ORDER:
             nxt = mg_transition(model, state, action, snapshot_carrying)
             if nxt is not None and dist.get(nxt, math.inf) == dist[state] - 1:
                 best = (action, nxt)
@@ -259,7 +259,8 @@ def _drop_cost(snapshot: dict, start: MGState, carrying: tuple[int, int], dist: 
     return 1.0 + (new_dist or {}).get(new_start, math.inf)
 
 
-def _subgoal(plan: list[str]) -> str:
+def subgoal_of(plan: list[str]) -> str:
+    """The subgoal a MiniGrid plan pursues first: the key, the door, or the goal."""
     for action in plan:
         if action == "pickup":
             return "pick up the key"

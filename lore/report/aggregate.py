@@ -19,9 +19,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from lore.analysis import stats as st
-from lore.analysis.outputs import write_csv
-from lore.analysis.runs import (
+from lore.envs.crafter import crafter_score
+from lore.report import stats as st
+from lore.report.outputs import write_csv
+from lore.report.runs import (
     ACHIEVEMENT_PREFIX,
     CONFIG_COLUMNS,
     KEYS,
@@ -32,8 +33,7 @@ from lore.analysis.runs import (
     read_table,
     tidy,
 )
-from lore.analysis.settings import AnalysisSettings, budget_metric
-from lore.envs.crafter import crafter_score
+from lore.report.settings import AnalysisSettings, budget_metric
 
 __all__ = ["ALL_ENVS", "CONFIG_COLUMNS", "AnalysisSettings", "Tables", "aggregate", "budget_metric"]
 

@@ -1,10 +1,10 @@
 """Declared experiments: load and check a declaration, plan its runs, compare them paired by seed, decide.
 
 The command line of declared experiments (``config/experiments/<name>.yaml``), ``lore experiments ...``
-(or ``python -m lore.analysis.experiments ...``): declarations are loaded and checked in
-:mod:`lore.analysis.experiment_declaration`, their runs planned in :mod:`lore.analysis.experiment_plan`,
-compared and decided in :mod:`lore.analysis.experiment_compare`, re-checked from the archive in
-:mod:`lore.analysis.experiment_recheck`, and the experiment log written in :mod:`lore.analysis.experiment_log`.
+(or ``python -m lore.experiments.cli ...``): declarations are loaded and checked in
+:mod:`lore.experiments.declaration`, their runs planned in :mod:`lore.experiments.plan`,
+compared and decided in :mod:`lore.experiments.compare`, re-checked from the archive in
+:mod:`lore.experiments.recheck`, and the experiment log written in :mod:`lore.experiments.log`.
 An experiment with a record (a verdict) is decided: ``plan``, ``compare`` and ``try`` refuse it in one line;
 ``check``, ``recheck``, ``note`` and ``log`` still read it.
 
@@ -24,10 +24,10 @@ import os
 import sys
 from pathlib import Path
 
-from lore.analysis.experiment_compare import compare_experiment
-from lore.analysis.experiment_declaration import REPO, ExperimentError, declared_names, load_declaration
-from lore.analysis.experiment_log import LOG, RECORDS_DIR, log_markdown, read_record, record_path
-from lore.analysis.experiment_plan import RESULTS_DIR, experiment_cost
+from lore.experiments.compare import compare_experiment
+from lore.experiments.declaration import REPO, ExperimentError, declared_names, load_declaration
+from lore.experiments.log import LOG, RECORDS_DIR, log_markdown, read_record, record_path
+from lore.experiments.plan import RESULTS_DIR, experiment_cost
 
 MAX_CORES = 65_536
 """Most cores an ETA is computed for (beyond any one machine or allocation)."""
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         if args.command == "check":
-            from lore.analysis.experiment_plan import plan
+            from lore.experiments.plan import plan
 
             for name in args.names or declared_names():
                 plan(load_declaration(name))  # the declaration, and its comparisons resolved
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "try":
             return _try(args.name, args.cores, args.dry_run)
         elif args.command == "plan":
-            from lore.analysis.launch import cost_line
+            from lore.experiments.launch import cost_line
 
             states, summary = experiment_cost(args.name, cores=args.cores)
             for s in states:
@@ -111,7 +111,7 @@ def _recorded_names() -> list[str]:
 
 def _recheck(names: list[str]) -> int:
     """Print one line per record re-checked (and each difference); 1 when any record differs."""
-    from lore.analysis.experiment_recheck import recheck
+    from lore.experiments.recheck import recheck
 
     differ = 0
     for name in names:
@@ -129,7 +129,7 @@ def _try(name: str, cores: int, dry_run: bool) -> int:
     import shutil
     import subprocess
 
-    from lore.analysis.experiment_log import check_open
+    from lore.experiments.log import check_open
 
     load_declaration(name)
     check_open(name)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lore.analysis.experiment_declaration import (
+from lore.experiments.declaration import (
     METRICS,
     Declaration,
     ExperimentError,
@@ -74,7 +74,7 @@ def decided_record(name: str, root: Path = Path(".")) -> dict | None:
 
 def decided_line(name: str, rec: dict) -> str:
     """The one line that refuses to run a decided experiment again."""
-    from lore.analysis.archive import ARCHIVE_ROOT
+    from lore.archive import ARCHIVE_ROOT
 
     return (f"{name}: decided at {rec.get('commit') or 'an unknown commit'} (verdict: {rec['verdict']}); "
             f"its record is {RECORDS_DIR / f'{name}.json'} and its runs, where archived, are in {ARCHIVE_ROOT}/; "
@@ -121,7 +121,7 @@ IMPORTED_FIELDS = ("name", "question", "change", "grid", "effect", "verdict")
 def read_imported(path: Path) -> list[dict]:
     """The entries of ``docs/experiments/imported.yaml`` ([] when absent), checked: a list of mappings with
     :data:`IMPORTED_FIELDS` as scalars; ExperimentError naming the file."""
-    from lore.config import ConfigError, _parse_yaml
+    from lore.config import ConfigError, parse_yaml
     from lore.llm.ledger import nesting_depth
 
     if not path.exists() and not path.is_symlink():
@@ -129,7 +129,7 @@ def read_imported(path: Path) -> list[dict]:
 
     def parse(text: str):
         try:
-            return _parse_yaml(text)
+            return parse_yaml(text)
         except ConfigError as e:
             raise ValueError(str(e)) from None
 

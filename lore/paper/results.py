@@ -1,6 +1,6 @@
 """The paper's sentences about what the runs found: the headline, the findings and their verdicts,
 the gap between training and evaluation, chance level, the design goals, the original prototype's
-metric and the LLM cost. Every number in them comes from :mod:`lore.analysis.paper_numbers`.
+metric and the LLM cost. Every number in them comes from :mod:`lore.paper.numbers`.
 """
 
 from __future__ import annotations
@@ -10,9 +10,29 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from lore.analysis import stats as st
-from lore.analysis.aggregate import TRAIN_TAIL_FRACTION, AnalysisSettings, Tables, budget_metric
-from lore.analysis.latex import (
+from lore.paper.numbers import (
+    ORIGINAL_CLAIM,
+    diff_text,
+    grid_arms,
+    headline_budget,
+    improve,
+    iqm_name,
+    iqm_text,
+    join,
+    mean_text,
+    mechanisms,
+    n_of,
+    n_pair,
+    ns_text,
+    p_text,
+    per_run_at,
+    runs_of,
+    stat,
+    uses_prior,
+)
+from lore.report import stats as st
+from lore.report.aggregate import TRAIN_TAIL_FRACTION, AnalysisSettings, Tables, budget_metric
+from lore.report.latex import (
     DAGGER,
     FEW_SEEDS,
     IQM_TRIMS_FROM,
@@ -27,26 +47,6 @@ from lore.analysis.latex import (
     label_slug,
     name_tex,
     num,
-)
-from lore.analysis.paper_numbers import (
-    ORIGINAL_CLAIM,
-    _diff_text,
-    _improve,
-    _iqm_name,
-    _iqm_text,
-    _join,
-    _mean_text,
-    _n_of,
-    _n_pair,
-    _ns,
-    _p_text,
-    _per_run_at,
-    _runs_of,
-    _stat,
-    grid_arms,
-    headline_budget,
-    mechanisms,
-    uses_prior,
 )
 
 # Goals from the design brief (targets we set before running anything, not results).
@@ -72,27 +72,27 @@ def headline_sentence(tables: Tables, settings: AnalysisSettings, env: str | Non
         metric = budget_metric(budget)
         shown, separate_final = budgets_shown(tables, settings, env)
         final_too = separate_final or budget != shown[-1]
-        full, rl = _stat(tables, env, "full", metric), _stat(tables, env, base, metric)
+        full, rl = stat(tables, env, "full", metric), stat(tables, env, base, metric)
         overlap = (full is not None and rl is not None and full["iqm_low"] <= rl["iqm_high"]
                    and rl["iqm_low"] <= full["iqm_high"])
         when = "" if final_too else " (the end of training)"
         parts.append(
             f"On {name_tex(env_label(env))}, after {num(fmt_steps(budget))} environment steps{when} the "
-            f"{_iqm_name(full, rl)} evaluation success rate of {ablation_tex('full')} is {_iqm_text(full, metric)} "
-            f"against {_iqm_text(rl, metric)} for {ablation_tex(base)} ({_ns(full, rl)} seeds; {level}\\% "
+            f"{iqm_name(full, rl)} evaluation success rate of {ablation_tex('full')} is {iqm_text(full, metric)} "
+            f"against {iqm_text(rl, metric)} for {ablation_tex(base)} ({ns_text(full, rl)} seeds; {level}\\% "
             f"confidence intervals in brackets; they {'overlap' if overlap else 'do not overlap'}), and the "
             f"probability that a {ablation_tex('full')} run beats a {ablation_tex(base)} run at this budget is "
-            f"{_improve(tables, env, 'full', metric)}."
+            f"{improve(tables, env, 'full', metric)}."
         )
-    full_f, rl_f = _stat(tables, env, "full", "final_sr"), _stat(tables, env, base, "final_sr")
-    auc = (f"the normalised areas under the success curves are {_mean_text(_stat(tables, env, 'full', 'auc'), 'auc')} "
-           f"and {_mean_text(_stat(tables, env, base, 'auc'), 'auc')}")
+    full_f, rl_f = stat(tables, env, "full", "final_sr"), stat(tables, env, base, "final_sr")
+    auc = (f"the normalised areas under the success curves are {mean_text(stat(tables, env, 'full', 'auc'), 'auc')} "
+           f"and {mean_text(stat(tables, env, base, 'auc'), 'auc')}")
     if final_too:
-        parts.append(f"At the end of training the {_iqm_name(full_f, rl_f)} success rates are "
-                     f"{_iqm_text(full_f, 'final_sr')} and {_iqm_text(rl_f, 'final_sr')}; {auc}.")
+        parts.append(f"At the end of training the {iqm_name(full_f, rl_f)} success rates are "
+                     f"{iqm_text(full_f, 'final_sr')} and {iqm_text(rl_f, 'final_sr')}; {auc}.")
     else:
         parts.append(f"Over the whole run {auc}.")
-    if min(_n_of(full_f), _n_of(rl_f)) < FEW_SEEDS:
+    if min(n_of(full_f), n_of(rl_f)) < FEW_SEEDS:
         parts.append(f"{DAGGER}\\,Intervals from fewer than {num(FEW_SEEDS)} seeds.")
     return " ".join(parts)
 
@@ -107,10 +107,10 @@ def finding_sentence(x: str, y: str, comps: dict) -> str:
     c = comps["final_sr"]
     X, Y = ablation_tex(x), ablation_tex(y)
     text = (LEAD[c.verdict].format(x=X, y=Y) + f" in final evaluation success rate ({num(fmt_rate(c.mean_x))} vs "
-            f"{num(fmt_rate(c.mean_y))}, $\\Delta$ = {_diff_text(c)}, P(X $>$ Y) = {_p_text(c)}, {_n_pair(c)})")
+            f"{num(fmt_rate(c.mean_y))}, $\\Delta$ = {diff_text(c)}, P(X $>$ Y) = {p_text(c)}, {n_pair(c)})")
     auc = comps.get("auc")
     if auc is not None:
-        text += f"; area under the curve: {AUC_WORD[auc.verdict]} (P = {_p_text(auc)})"
+        text += f"; area under the curve: {AUC_WORD[auc.verdict]} (P = {p_text(auc)})"
     return text + "."
 
 
@@ -152,19 +152,19 @@ def findings_summary(tables: Tables, settings: AnalysisSettings, env: str | None
     for verdict, text in (("better", "improves for {}"), ("unclear", "shows no evidence of a difference for {}"),
                           ("worse", "is worse for {}")):
         if groups[verdict]:
-            clauses.append(text.format(_join(groups[verdict])))
+            clauses.append(text.format(join(groups[verdict])))
     out = ""
     if clauses:
         out = (f"On {name_tex(env_label(env))}, against {ablation_tex(base)} the final evaluation success rate "
-               f"{_join(clauses)}.")
+               f"{join(clauses)}.")
     against = [(y, c["final_sr"].verdict) for x, y, c in comps if x == "full" and y != base]
     if against:
         words = {"better": "improves on", "worse": "does worse than", "unclear": "shows no evidence of a difference from"}
         by = {}
         for y, verdict in against:
             by.setdefault(verdict, []).append(ablation_tex(y))
-        out += " " + ablation_tex("full") + " " + _join(
-            [f"{words[v]} {_join(by[v], 'or' if v == 'unclear' else 'and')}" for v in ("better", "unclear", "worse")
+        out += " " + ablation_tex("full") + " " + join(
+            [f"{words[v]} {join(by[v], 'or' if v == 'unclear' else 'and')}" for v in ("better", "unclear", "worse")
              if v in by]) + "."
     return out.strip()
 
@@ -177,13 +177,13 @@ def gap_text(tables: Tables, env: str | None) -> str:
     items = []
     largest = None
     for ablation in grid_arms(tables, env):
-        train, final, gap = (_stat(tables, env, ablation, m) for m in ("train_sr_final", "final_sr", "train_eval_gap"))
+        train, final, gap = (stat(tables, env, ablation, m) for m in ("train_sr_final", "final_sr", "train_eval_gap"))
         if train is None or final is None or gap is None:
             continue
         X = ablation_tex(ablation)
-        n = f"$n$ = {num(_n_of(gap))}{few(_n_of(gap))}"
-        numbers = (f"training {_mean_text(train, 'train_sr_final')}, evaluation {_mean_text(final, 'final_sr')}, "
-                   f"gap {_mean_text(gap, 'train_eval_gap')}, {n}")
+        n = f"$n$ = {num(n_of(gap))}{few(n_of(gap))}"
+        numbers = (f"training {mean_text(train, 'train_sr_final')}, evaluation {mean_text(final, 'final_sr')}, "
+                   f"gap {mean_text(gap, 'train_eval_gap')}, {n}")
         prior = uses_prior(tables, env, ablation)
         if gap["mean_low"] > 0:
             what = ("succeeds more often in training, with the prior, than in evaluation without it"
@@ -211,7 +211,7 @@ def chance_text(tables: Tables, settings: AnalysisSettings, envs: Sequence[str])
     """The untrained policy's success (eval at step 0, pooled over every run of the env): the floor."""
     parts = []
     for env in envs:
-        values = np.concatenate([_runs_of(tables, env, a, "initial_sr") for a in grid_arms(tables, env)] or
+        values = np.concatenate([runs_of(tables, env, a, "initial_sr") for a in grid_arms(tables, env)] or
                                 [np.array([])])
         if not values.size:
             continue
@@ -246,7 +246,7 @@ def goal_items(tables: Tables, settings: AnalysisSettings, env: str | None) -> l
     ):
         head = (f"{_sentence_case(what)} ({ablation_tex(ablation)}) reaches an IQM evaluation success rate "
                 f"$\\geq$ {num(fmt_rate(target))} by {num(fmt_steps(budget))} environment steps: ")
-        values = _per_run_at(ev, env, ablation, budget) if len(ev) else np.array([])
+        values = per_run_at(ev, env, ablation, budget) if len(ev) else np.array([])
         if not values.size:
             items.append(head + f"\\textbf{{not tested}} (no {ablation_tex(ablation)} runs).")
         elif np.isnan(values).any():
@@ -259,7 +259,7 @@ def goal_items(tables: Tables, settings: AnalysisSettings, env: str | None) -> l
                                 f"seeds{few(values.size)}).")
     head = (f"With an adversarial advisor ({ablation_tex('full_adversarial')}) the final IQM success rate stays "
             f"$\\geq$ {num(int(round(GOAL_ADVERSARIAL_RATIO * 100)))}\\% of {ablation_tex(base)}'s (low regret): ")
-    adv, rl = _stat(tables, env, "full_adversarial", "final_sr"), _stat(tables, env, base, "final_sr")
+    adv, rl = stat(tables, env, "full_adversarial", "final_sr"), stat(tables, env, base, "final_sr")
     if adv is None or rl is None:
         items.append(head + "\\textbf{not tested} (the arm is not part of this grid).")
     elif rl["iqm"] <= 0:
@@ -268,17 +268,17 @@ def goal_items(tables: Tables, settings: AnalysisSettings, env: str | None) -> l
         ratio = adv["iqm"] / rl["iqm"]
         verdict = "met" if ratio >= GOAL_ADVERSARIAL_RATIO else "not met"
         items.append(head + f"\\textbf{{{verdict}}} ({num(fmt_rate(adv['iqm']))} vs {num(fmt_rate(rl['iqm']))}, "
-                            f"ratio {num(fmt_rate(ratio))}, {_ns(adv, rl)}{few(min(_n_of(adv), _n_of(rl)))}).")
-    unguarded = _stat(tables, env, "kl_adversarial", "final_sr")
+                            f"ratio {num(fmt_rate(ratio))}, {ns_text(adv, rl)}{few(min(n_of(adv), n_of(rl)))}).")
+    unguarded = stat(tables, env, "kl_adversarial", "final_sr")
     if adv is not None and unguarded is not None:
         # a measurement beside the goal, not a goal: the same adversary without the parts full adds to kl
         lacks = [m.removeprefix("the ") for m in mechanisms(tables, env, "full_adversarial")
                  if m not in mechanisms(tables, env, "kl_adversarial")]
-        without = f" without the {_join(lacks)} that {ablation_tex('full')} adds" if lacks else ""
+        without = f" without the {join(lacks)} that {ablation_tex('full')} adds" if lacks else ""
         items.append(f"Measured beside it, the same adversary{without} "
-                     f"({ablation_tex('kl_adversarial')}): final {_iqm_name(adv, unguarded)} success rate "
+                     f"({ablation_tex('kl_adversarial')}): final {iqm_name(adv, unguarded)} success rate "
                      f"{num(fmt_rate(unguarded['iqm']))} against {num(fmt_rate(adv['iqm']))} for "
-                     f"{ablation_tex('full_adversarial')} ({_ns(unguarded, adv)}{few(min(_n_of(adv), _n_of(unguarded)))}).")
+                     f"{ablation_tex('full_adversarial')} ({ns_text(unguarded, adv)}{few(min(n_of(adv), n_of(unguarded)))}).")
     return items
 
 
@@ -292,27 +292,27 @@ def original_metric_sentence(tables: Tables, settings: AnalysisSettings, env: st
               f"evaluation success rate.")
     if env is None:
         return quoted
-    full = _stat(tables, env, "full", "train_sr_window")
-    rl = _stat(tables, env, settings.baseline, "train_sr_window")
+    full = stat(tables, env, "full", "train_sr_window")
+    rl = stat(tables, env, settings.baseline, "train_sr_window")
     window = f"{num(fmt_steps(settings.window_center))} $\\pm$ {num(fmt_steps(settings.window_half_width))}"
     if full is None or rl is None:
         return quoted + (f" Our runs have no episodes in the window {window} for both {ablation_tex('full')} "
                          f"and {ablation_tex(settings.baseline)}, so the metric is not available for this grid.")
     return quoted + (
-        f" The same metric on our runs (window {window}, mean over seeds) is {_mean_text(full, 'train_sr_window')} "
-        f"for {ablation_tex('full')} ({num(int(full['n']))} seeds) and {_mean_text(rl, 'train_sr_window')} for "
+        f" The same metric on our runs (window {window}, mean over seeds) is {mean_text(full, 'train_sr_window')} "
+        f"for {ablation_tex('full')} ({num(int(full['n']))} seeds) and {mean_text(rl, 'train_sr_window')} for "
         f"{ablation_tex(settings.baseline)} ({num(int(rl['n']))} seeds).")
 
 
 def llm_cost_sentence(tables: Tables, env: str | None) -> str:
     if env is None:
         return ""
-    calls = _stat(tables, env, "full", "llm_calls")
+    calls = stat(tables, env, "full", "llm_calls")
     if calls is None:
         return f"This grid has no {ablation_tex('full')} runs, so LLM costs are not reported."
-    hits = _stat(tables, env, "full", "llm_cache_hits")
-    fails = _stat(tables, env, "full", "llm_failures")
+    hits = stat(tables, env, "full", "llm_cache_hits")
+    fails = stat(tables, env, "full", "llm_failures")
     return (f"On {name_tex(env_label(env))} a {ablation_tex('full')} run made {num(fmt_count(calls['mean']))} LLM "
-            f"API calls on average ({_mean_text(calls, 'llm_calls')} with CI, $n$ = {num(_n_of(calls))}), answered "
+            f"API calls on average ({mean_text(calls, 'llm_calls')} with CI, $n$ = {num(n_of(calls))}), answered "
             f"{num(fmt_count(hits['mean'])) if hits is not None else MISSING} more requests from the cache, and saw "
             f"{num(fmt_count(fails['mean'])) if fails is not None else MISSING} failed calls.")

@@ -22,7 +22,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from lore.analysis.archive import ARCHIVE_ROOT, MAX_SECONDS, is_live
+from lore.archive import ARCHIVE_ROOT, MAX_SECONDS, is_live
 
 ASSUMED_S_PER_STEP = 0.033
 """Seconds per env step assumed when no finished run has the same preset and budget (one thread)."""
@@ -34,7 +34,7 @@ STATES = ("archived", "finished", "running", "missing")
 
 @dataclass(frozen=True)
 class RunState:
-    run: object  # lore.analysis.experiment_plan.PlannedRun
+    run: object  # lore.experiments.plan.PlannedRun
     folder: Path
     state: str
     feeds_decision: bool
@@ -157,7 +157,7 @@ def estimate_seconds(run, times: dict[tuple, list[float]],
 
 def live_progress(states: list[RunState]) -> dict[Path, tuple[int, int, float]]:
     """(env step, budget, env steps per second) of every running run whose logs already give a speed."""
-    from lore.analysis.status import run_status
+    from lore.grid.status import run_status
 
     out = {}
     for s in states:

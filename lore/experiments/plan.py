@@ -1,8 +1,8 @@
 """The runs an experiment needs: its arms and the baseline's arms it is compared with, each identified
-by its resolved configuration and seed (:func:`lore.analysis.archive.run_key`), so a run shared with the
+by its resolved configuration and seed (:func:`lore.archive.run_key`), so a run shared with the
 baseline or another experiment is trained once and found wherever it finished (:func:`index_runs`).
 
-A decided experiment (:func:`lore.analysis.experiment_log.check_open`) is not planned again: its plan
+A decided experiment (:func:`lore.experiments.log.check_open`) is not planned again: its plan
 (:func:`experiment_cost`) and its selection in the workflow (:func:`selected`) are refused in one line, and
 ``experiment=all`` leaves it out.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lore.analysis.archive import (
+from lore.archive import (
     ARCHIVE_ROOT,
     ArchiveError,
     finished_run_dirs,
@@ -20,7 +20,7 @@ from lore.analysis.archive import (
     run_key,
     saved_identity,
 )
-from lore.analysis.experiment_declaration import (
+from lore.experiments.declaration import (
     BENCHMARK,
     BENCHMARK_CONFIG,
     Arm,
@@ -33,7 +33,7 @@ from lore.analysis.experiment_declaration import (
     resolve_overrides,
     run_overrides,
 )
-from lore.analysis.experiment_log import RECORDS_DIR, check_open, decided_record
+from lore.experiments.log import RECORDS_DIR, check_open, decided_record
 
 RESULTS_DIR = Path("results/experiments")
 """Where experiment runs (``runs/<env>/<key>/seed<k>``) and comparisons (``<name>/``) are written."""
@@ -192,7 +192,7 @@ def run_dirs(decl: Declaration, root: Path = Path("."), results_root: Path | Non
 
 def train_args(run: PlannedRun, run_dir: Path | str) -> list[str]:
     """``lore train`` arguments after ``--run-dir`` for a planned run (its LLM cache inside its run dir)."""
-    from lore.analysis.grid import RUN_CACHE_NAME, set_args
+    from lore.grid.workflow import RUN_CACHE_NAME, set_args
 
     overrides = dict(run.overrides)
     if "llm.cache_path" not in overrides:
@@ -225,8 +225,8 @@ def selected(value: object, root: Path = Path("."), report=None) -> list[str]:
 
 
 def experiment_cost(name: str, root: Path = Path("."), cores: int = 1):
-    """(run states in launch order, cost summary) of a declared, undecided experiment (lore.analysis.launch)."""
-    from lore.analysis.launch import cost_summary, measured_times, run_states
+    """(run states in launch order, cost summary) of a declared, undecided experiment (lore.experiments.launch)."""
+    from lore.experiments.launch import cost_summary, measured_times, run_states
 
     decl = load_declaration(name, root)
     check_open(name, root)

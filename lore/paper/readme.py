@@ -1,6 +1,6 @@
 """The README's headline table, written from the benchmark's ``summary.csv`` between two marker lines.
 
-    python -m lore.analysis.readme [--summary docs/benchmark/summary.csv] [--readme README.md] [--check]
+    python -m lore.paper.readme [--summary docs/benchmark/summary.csv] [--readme README.md] [--check]
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def with_headline(readme: str, table: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m lore.analysis.readme", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m lore.paper.readme", description=__doc__.split("\n")[0])
     p.add_argument("--summary", type=Path, default=Path("docs/benchmark/summary.csv"))
     p.add_argument("--readme", type=Path, default=Path("README.md"))
     p.add_argument("--check", action="store_true", help="exit 1 if the README's table is stale; write nothing")

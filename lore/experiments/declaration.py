@@ -149,7 +149,7 @@ def _load_declaration(name: str, path: Path, root: Path) -> Declaration:
 def _check_semantics(decl: Declaration, root: Path) -> None:
     """What the schema cannot check: names against the ablation table, envs, the baseline, pairing, metrics."""
     from lore.ablations import ABLATIONS
-    from lore.analysis.grid import known_env
+    from lore.grid.workflow import known_env
 
     path = decl.path
     for i, env in enumerate(decl.envs):
@@ -286,8 +286,8 @@ def base_config(decl_base: str, root: Path) -> dict:
 def run_overrides(decl: Declaration, arm: Arm, env: str, root: Path, base: dict | None = None) -> dict[str, object]:
     """Dotted overrides of one (arm, env): the base config's run settings <- the budget <- the arm's settings
     (``base``: the base workflow config, when the caller has read it already)."""
-    from lore.analysis.grid import run_overrides as workflow_overrides
     from lore.config import dotted, load_yaml
+    from lore.grid.workflow import run_overrides as workflow_overrides
 
     base = base if base is not None else base_config(decl.base, root)
     # the base's run_config file first, as `lore train --config` would read it
@@ -310,7 +310,7 @@ def resolved_config(decl: Declaration, arm: Arm, env: str, root: Path):
 
 
 def _benchmark_jobs(root: Path):
-    from lore.analysis.grid import grid_jobs
     from lore.config import load_yaml
+    from lore.grid.workflow import grid_jobs
 
     return grid_jobs(load_yaml(root / BENCHMARK_CONFIG))

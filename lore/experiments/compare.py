@@ -1,11 +1,11 @@
 """Compare an experiment's runs paired by seed and apply its decision rule.
 
-:func:`compare_experiment` reads the runs of :func:`lore.analysis.experiment_plan.run_dirs`, tabulates each
+:func:`compare_experiment` reads the runs of :func:`lore.experiments.plan.run_dirs`, tabulates each
 (arm, vs, metric) as a paired difference with its bootstrap CI, decides with the declaration's rule
 (``adopt`` or ``select``) and writes ``comparison.csv``, ``comparison.md``, ``arms.csv``, ``fig_success.png``
 and ``verdict.json`` (and, when asked, the experiment's record).
 
-A decided experiment (:func:`lore.analysis.experiment_log.check_open`) is not compared again, and a record is
+A decided experiment (:func:`lore.experiments.log.check_open`) is not compared again, and a record is
 written once: only a record of an ``incomplete`` comparison is written over.
 """
 
@@ -16,14 +16,14 @@ import math
 import subprocess
 from pathlib import Path
 
-from lore.analysis.archive import commit_counts
-from lore.analysis.experiment_declaration import METRICS, Declaration, load_declaration
-from lore.analysis.experiment_log import UNDECIDED, ExperimentDecided, check_open, commits_text, read_record
-from lore.analysis.experiment_plan import RESULTS_DIR, PlannedRun, comparisons, run_dirs
+from lore.archive import commit_counts
+from lore.experiments.declaration import METRICS, Declaration, load_declaration
+from lore.experiments.log import UNDECIDED, ExperimentDecided, check_open, commits_text, read_record
+from lore.experiments.plan import RESULTS_DIR, PlannedRun, comparisons, run_dirs
 
 CONFIDENCE, RESAMPLES = 0.95, 2000
 STATISTICS = "exact-paired-bootstrap"
-"""How paired intervals are computed (:func:`lore.analysis.stats.paired_interval`: no resampling seed), as
+"""How paired intervals are computed (:func:`lore.report.stats.paired_interval`: no resampling seed), as
 records name it; :data:`LEGACY_STATISTICS` is how records that name none were computed."""
 LEGACY_STATISTICS = "bootstrap-2000"
 """Monte-Carlo paired bootstrap, 2,000 resamples, seed 0 (records written before they named their statistics)."""
@@ -33,9 +33,9 @@ def run_metrics_table(pairs: list[tuple[PlannedRun, Path]]):
     """One row per finished planned run: env, arm, seed and every metric of :data:`METRICS` it has."""
     import pandas as pd
 
-    from lore.analysis.aggregate import run_table
-    from lore.analysis.runs import ACHIEVEMENT_PREFIX, load_run
-    from lore.analysis.settings import AnalysisSettings
+    from lore.report.aggregate import run_table
+    from lore.report.runs import ACHIEVEMENT_PREFIX, load_run
+    from lore.report.settings import AnalysisSettings
 
     rows = []
     for run, folder in pairs:
@@ -57,9 +57,9 @@ def experiment_figure(decl: Declaration, pairs: list[tuple[PlannedRun, Path]], o
     (mean over seeds with its 95% bootstrap band), one panel per env and arm."""
     import pandas as pd
 
-    from lore.analysis.figures import plot_success_curves
-    from lore.analysis.runs import load_run
-    from lore.analysis.settings import AnalysisSettings
+    from lore.report.figures import plot_success_curves
+    from lore.report.runs import load_run
+    from lore.report.settings import AnalysisSettings
 
     frames = []
     for run, folder in pairs:
@@ -84,7 +84,7 @@ def experiment_figure(decl: Declaration, pairs: list[tuple[PlannedRun, Path]], o
 
 def distinct_at_last_eval(eval_points) -> float:
     """How many Crafter achievements the last evaluation of one run unlocked (in any of its episodes)."""
-    from lore.analysis.runs import ACHIEVEMENT_PREFIX
+    from lore.report.runs import ACHIEVEMENT_PREFIX
 
     ach = [c for c in eval_points.columns if c.startswith(ACHIEVEMENT_PREFIX)]
     last = eval_points.loc[eval_points["env_step"].idxmax(), ach]
@@ -98,7 +98,7 @@ def compare_pair(x: dict[int, float], y: dict[int, float], seed: int = 0, statis
         raise ValueError(f"statistics {statistics!r}: not one of {STATISTICS}, {LEGACY_STATISTICS}")
     import numpy as np
 
-    from lore.analysis import stats as st
+    from lore.report import stats as st
 
     xs = {s: v for s, v in x.items() if v is not None and math.isfinite(v)}
     ys = {s: v for s, v in y.items() if v is not None and math.isfinite(v)}
@@ -259,7 +259,7 @@ def arm_table(decl: Declaration, metrics_table):
     import numpy as np
     import pandas as pd
 
-    from lore.analysis import stats as st
+    from lore.report import stats as st
 
     rows = []
     for env in decl.envs:

@@ -2,7 +2,7 @@
 
 ``write_generated(tables, settings, out_dir)`` writes ``macros.tex`` (every statistic as a
 macro, the result sentences and the findings / train-vs-eval tables; assembled in
-:mod:`lore.analysis.paper_macros`) and the LaTeX tables; ``paper/lore.tex`` only ever refers to
+:mod:`lore.paper.macros`) and the LaTeX tables; ``paper/lore.tex`` only ever refers to
 these, so no result number is typed into the text.
 ``build_pdf`` compiles the paper with latexmk (or pdflatex + bibtex) in a scratch directory and
 copies the PDF out.
@@ -16,10 +16,10 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from lore.analysis.aggregate import AnalysisSettings, Tables
-from lore.analysis.latex import TABLE_FILES, latex_texts
-from lore.analysis.outputs import copy_file, write_text
-from lore.analysis.paper_macros import macros_tex
+from lore.paper.macros import macros_tex
+from lore.report.aggregate import AnalysisSettings, Tables
+from lore.report.latex import TABLE_FILES, latex_texts
+from lore.report.outputs import copy_file, write_text
 
 LATEX_INSTALL_HINT = (
     "install TeX Live, e.g. on Debian/Ubuntu: apt-get install texlive-latex-base texlive-latex-recommended "
@@ -34,7 +34,7 @@ class PaperBuildError(RuntimeError):
 def write_generated(tables: Tables, settings: AnalysisSettings, out_dir: str | Path,
                     envs_order: Sequence[str] | None = None, decision_root: str | Path | None = None) -> list[Path]:
     """``macros.tex`` and the LaTeX tables, all rendered before the first is written (atomically);
-    ``decision_root``: see :func:`lore.analysis.paper_macros.macros_tex`."""
+    ``decision_root``: see :func:`lore.paper.macros.macros_tex`."""
     out_dir = Path(out_dir)
     root = None if decision_root is None else Path(decision_root)
     texts = {"macros.tex": macros_tex(tables, settings, envs_order, root), **latex_texts(tables, settings)}

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from lore.analysis import stats as st
-from lore.analysis.aggregate import ALL_ENVS, TRAIN_TAIL_FRACTION, AnalysisSettings, Tables, budget_metric
-from lore.analysis.latex import (
+from lore.report import stats as st
+from lore.report.aggregate import ALL_ENVS, TRAIN_TAIL_FRACTION, AnalysisSettings, Tables, budget_metric
+from lore.report.latex import (
     FEW_SEEDS,
     IQM_TRIMS_FROM,
     MISSING,
@@ -85,7 +85,8 @@ def stat_macros(tables: Tables, primary: str | None) -> list[str]:
     return lines
 
 
-def _stat(tables: Tables, env: str, ablation: str, metric: str) -> pd.Series | None:
+def stat(tables: Tables, env: str, ablation: str, metric: str) -> pd.Series | None:
+    """The ``stats`` row of (``env``, ``ablation``, ``metric``), or None when the tables have none."""
     s = tables.stats
     if not len(s):
         return None
@@ -101,21 +102,24 @@ def _interval(row: pd.Series | None, metric: str, field: str) -> str:
     return num(f"{fmt(row[field])} [{fmt(row[f'{field}_low'])}, {fmt(row[f'{field}_high'])}]") + few(row["n"])
 
 
-def _iqm_text(row: pd.Series | None, metric: str) -> str:
+def iqm_text(row: pd.Series | None, metric: str) -> str:
+    """The IQM of a ``stats`` row with its interval (:func:`_interval`)."""
     return _interval(row, metric, "iqm")
 
 
-def _mean_text(row: pd.Series | None, metric: str) -> str:
+def mean_text(row: pd.Series | None, metric: str) -> str:
+    """The mean of a ``stats`` row with its interval (:func:`_interval`)."""
     return _interval(row, metric, "mean")
 
 
-def _n_of(row: pd.Series | None) -> int:
+def n_of(row: pd.Series | None) -> int:
+    """The run count of a ``stats`` row (0 for none)."""
     return int(row["n"]) if row is not None and np.isfinite(row["n"]) else 0
 
 
-def _iqm_name(*rows: pd.Series | None) -> str:
+def iqm_name(*rows: pd.Series | None) -> str:
     """"IQM", or "mean" where every row has fewer runs than the IQM trims from."""
-    ns = [_n_of(r) for r in rows if r is not None]
+    ns = [n_of(r) for r in rows if r is not None]
     return "mean" if ns and max(ns) < IQM_TRIMS_FROM else "IQM"
 
 
@@ -129,7 +133,8 @@ def headline_budget(tables: Tables, settings: AnalysisSettings, env: str) -> int
     return None
 
 
-def _improve(tables: Tables, env: str, ablation: str, metric: str) -> str:
+def improve(tables: Tables, env: str, ablation: str, metric: str) -> str:
+    """P(``ablation`` > baseline) of (``env``, ``metric``) with its interval, as a number for prose."""
     imp = tables.improvement
     if not len(imp):
         return MISSING
@@ -141,12 +146,12 @@ def _improve(tables: Tables, env: str, ablation: str, metric: str) -> str:
             + few(min(r["n"], r.get("n_baseline", r["n"]))))
 
 
-def _ns(*rows: pd.Series | None) -> str:
+def ns_text(*rows: pd.Series | None) -> str:
     """``$n$ = 5 and 3`` for the rows' run counts."""
-    return "$n$ = " + " and ".join(num(_n_of(r)) for r in rows)
+    return "$n$ = " + " and ".join(num(n_of(r)) for r in rows)
 
 
-def _per_run_at(eval_points: pd.DataFrame, env: str, ablation: str, budget: float) -> np.ndarray:
+def per_run_at(eval_points: pd.DataFrame, env: str, ablation: str, budget: float) -> np.ndarray:
     """Each run's eval SR at ``budget`` (NaN for runs that stopped before it)."""
     values = []
     data = eval_points[(eval_points["env"] == env) & (eval_points["ablation"] == ablation)]
@@ -188,7 +193,8 @@ def arm_cfg(tables: Tables, env: str | None, ablation: str, key: str, default=No
     return default if node is None else node
 
 
-def _truthy(value) -> bool:
+def truthy(value) -> bool:
+    """Whether a configuration value read back from a table is true (``true``, ``1``, ``yes``, a nonzero number)."""
     if isinstance(value, str):
         return value.strip().lower() in ("true", "1", "yes")
     try:
@@ -204,15 +210,15 @@ def mechanisms(tables: Tables, env: str | None, ablation: str) -> list[str]:
     if uses_prior(tables, env, ablation):
         gate = str(arm_cfg(tables, env, ablation, "prior.gate", ""))
         parts.append("the uncertainty gate" if gate == "uncertainty" else "a fixed $\\beta$")
-        if _truthy(arm_cfg(tables, env, ablation, "prior.trust", False)):
+        if truthy(arm_cfg(tables, env, ablation, "prior.trust", False)):
             parts.append("advice trust")
         if str(arm_cfg(tables, env, ablation, "prior.kl_mode", "none")) == "lagrangian":
             parts.append("KL control (trust region and distillation)")
-    if _truthy(arm_cfg(tables, env, ablation, "features.enabled", False)):
+    if truthy(arm_cfg(tables, env, ablation, "features.enabled", False)):
         parts.append("LLM features")
-    if _truthy(arm_cfg(tables, env, ablation, "plan.enabled", False)):
+    if truthy(arm_cfg(tables, env, ablation, "plan.enabled", False)):
         parts.append("latent planning")
-    if _truthy(arm_cfg(tables, env, ablation, "distill.enabled", False)):
+    if truthy(arm_cfg(tables, env, ablation, "distill.enabled", False)):
         parts.append("PriorNet distillation")
     return parts
 
@@ -227,14 +233,15 @@ def grid_arms(tables: Tables, env: str | None = None) -> list[str]:
 
 
 def uses_prior(tables: Tables, env: str | None, ablation: str) -> bool:
-    return _truthy(arm_cfg(tables, env, ablation, "prior.enabled", False))
+    return truthy(arm_cfg(tables, env, ablation, "prior.enabled", False))
 
 
 def uses_llm(tables: Tables, env: str | None, ablation: str) -> bool:
     return str(arm_cfg(tables, env, ablation, "llm.backend", "none")) != "none"
 
 
-def _runs_of(tables: Tables, env: str | None, ablation: str, column: str) -> np.ndarray:
+def runs_of(tables: Tables, env: str | None, ablation: str, column: str) -> np.ndarray:
+    """The finite values of ``column`` over the runs of (``env``, ``ablation``) in ``runs.csv``."""
     runs = tables.runs
     if env is None or column not in runs:
         return np.array([])
@@ -250,14 +257,16 @@ def seeds_per_arm(tables: Tables) -> list[int]:
     return sorted(set(runs.groupby(["env", "ablation"]).size().astype(int)))
 
 
-def _range_text(ns: Sequence[int]) -> str:
+def range_text(ns: Sequence[int]) -> str:
+    """``3`` or ``3--5``: the range of the run counts ``ns`` (MISSING when there are none)."""
     ns = sorted(set(ns))
     if not ns:
         return MISSING
     return str(ns[0]) if len(ns) == 1 else f"{ns[0]}--{ns[-1]}"
 
 
-def _join(items: Sequence[str], last: str = "and") -> str:
+def join(items: Sequence[str], last: str = "and") -> str:
+    """``a, b and c`` (``last`` joins the last two)."""
     items = list(items)
     if len(items) <= 1:
         return "".join(items)
@@ -268,7 +277,7 @@ def _join(items: Sequence[str], last: str = "and") -> str:
 
 
 def _per_run(tables: Tables, env: str, ablation: str, metric: str) -> np.ndarray:
-    return _runs_of(tables, env, ablation, metric)
+    return runs_of(tables, env, ablation, metric)
 
 
 FINDING_METRICS = ("final_sr", "auc")
@@ -300,17 +309,20 @@ def comparisons(tables: Tables, settings: AnalysisSettings, env: str) -> list[tu
     return out
 
 
-def _diff_text(c: st.Comparison) -> str:
+def diff_text(c: st.Comparison) -> str:
+    """A paired comparison's mean difference with its interval, as a number for prose."""
     d = c.difference
     return num(f"{fmt_signed(d.estimate)} [{fmt_signed(d.low)}, {fmt_signed(d.high)}]")
 
 
-def _p_text(c: st.Comparison) -> str:
+def p_text(c: st.Comparison) -> str:
+    """A paired comparison's P(X > Y) with its interval, as a number for prose."""
     p = c.p_improve
     return num(f"{fmt_rate(p.estimate)} [{fmt_rate(p.low)}, {fmt_rate(p.high)}]")
 
 
-def _n_pair(c: st.Comparison) -> str:
+def n_pair(c: st.Comparison) -> str:
+    """``$n$ = 5 vs 5`` of a paired comparison (dagger when from fewer than FEW_SEEDS seeds)."""
     return f"$n$ = {num(c.n_x)} vs {num(c.n_y)}{few(min(c.n_x, c.n_y))}"
 
 
@@ -342,7 +354,7 @@ def _relevant(runs: pd.DataFrame, column: str) -> pd.Series:
     """Rows whose value of ``column`` describes what ran (prior settings of runs with a prior, ...)."""
     mask = pd.Series(True, index=runs.index)
     if column.startswith("cfg_prior_") and "cfg_prior_enabled" in runs:
-        mask &= runs["cfg_prior_enabled"].map(_truthy)
+        mask &= runs["cfg_prior_enabled"].map(truthy)
     if column.startswith("cfg_llm_") and "cfg_llm_backend" in runs:
         mask &= runs["cfg_llm_backend"].astype(str) != "none"
     return mask
@@ -386,12 +398,12 @@ def setup_macros(tables: Tables, settings: AnalysisSettings, env: str | None) ->
                             for v in values})
         return " or ".join(formatted)
 
-    from lore.analysis.figures import CALL_DENSITY_STEPS
+    from lore.report.figures import CALL_DENSITY_STEPS
 
     return {
         "loreNumRuns": str(len(runs)),
         "loreNumSeeds": str(len(seeds)),
-        "loreSeedsPerArm": _range_text(seeds_per_arm(tables)),
+        "loreSeedsPerArm": range_text(seeds_per_arm(tables)),
         "loreNumAblations": str(len(ablations)),
         "loreNumEnvs": str(len(envs)),
         "loreEnvList": ", ".join(escape(env_label(e)) for e in envs) or MISSING,

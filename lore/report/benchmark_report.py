@@ -22,10 +22,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from lore.analysis import stats as st
-from lore.analysis.latex import FEW_SEEDS
-from lore.analysis.outputs import CSV_FLOAT_FORMAT, remove_stale_temporaries, write_bytes, write_text
-from lore.analysis.settings import AnalysisSettings, budget_metric
+from lore.report import stats as st
+from lore.report.latex import FEW_SEEDS
+from lore.report.outputs import CSV_FLOAT_FORMAT, remove_stale_temporaries, write_bytes, write_text
+from lore.report.settings import AnalysisSettings, budget_metric
 
 REPORT_FIGURES = {"fig1_success": "learning curves", "prior_dynamics": "β, trust, calls",
                   "kl_traces": "act-time KL, λ, entropy, T"}
@@ -337,7 +337,7 @@ def episodes_per_point(runs_table: pd.DataFrame) -> str:
 
 def markdown_report(stats: pd.DataFrame, runs_table: pd.DataFrame, settings: AnalysisSettings) -> str:
     summary = summary_table(stats, runs_table, settings)
-    lines = ["# LLM-prior benchmark (written by `lore.analysis.benchmark_report` from the raw runs; do not edit)",
+    lines = ["# LLM-prior benchmark (written by `lore.report.benchmark_report` from the raw runs; do not edit)",
              "",
              f"Eval success rate of the learned policy **without** the prior ({episodes_per_point(runs_table)}), "
              f"mean and {settings.confidence:.0%} bootstrap CI over seeds; † marks fewer than {FEW_SEEDS} seeds. "
@@ -370,7 +370,7 @@ def write_report(tables_dir: str | Path, figures_dir: str | Path, out: str | Pat
 
     The tables are read and checked, and every copied file must exist, before the first file is written.
     """
-    from lore.analysis.aggregate import Tables
+    from lore.report.aggregate import Tables
 
     paths = report_paths(tables_dir, figures_dir, out)
     for source in paths.values():

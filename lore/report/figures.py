@@ -24,10 +24,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from lore.analysis.aggregate import ALL_ENVS, AnalysisSettings, Tables, budget_metric
-from lore.analysis.latex import IQM_TRIMS_FROM, budgets_shown, env_label, env_names, ordered_ablations
-from lore.analysis.outputs import write_bytes
-from lore.analysis.runs import Run, tidy
+from lore.report.aggregate import ALL_ENVS, AnalysisSettings, Tables, budget_metric
+from lore.report.latex import IQM_TRIMS_FROM, budgets_shown, env_label, env_names, ordered_ablations
+from lore.report.outputs import write_bytes
+from lore.report.runs import Run, tidy
 
 FIGURES = ("fig1_success", "prior_dynamics", "kl_traces", "iqm_intervals", "p_improvement", "crafter_achievements")
 FORMATS = ("png", "pdf")
@@ -80,7 +80,7 @@ def palette(ablations: Sequence[str]) -> dict[str, tuple]:
 def _steps_axis(ax, label: str = "Environment steps") -> None:
     from matplotlib.ticker import FuncFormatter, MaxNLocator
 
-    from lore.analysis.latex import fmt_steps
+    from lore.report.latex import fmt_steps
 
     ax.set_xlabel(label)
     ax.xaxis.set_major_locator(MaxNLocator(nbins=4))
@@ -293,7 +293,7 @@ def act_trust_differs(metrics: pd.DataFrame) -> bool:
 
 
 def plot_prior_dynamics(runs: list[Run], settings: AnalysisSettings, out_dir: Path) -> list[Path]:
-    from lore.analysis.latex import fmt_steps
+    from lore.report.latex import fmt_steps
 
     plt = _pyplot()
     metrics = tidy(runs, "metrics")
@@ -453,7 +453,7 @@ def iqm_panels(tables: Tables, settings: AnalysisSettings) -> list[tuple[str, st
 
 def plot_iqm_intervals(tables: Tables, settings: AnalysisSettings, out_dir: Path) -> list[Path]:
     """One row of panels per environment (its own arms, n in the tick labels), one panel per budget."""
-    from lore.analysis.latex import fmt_steps
+    from lore.report.latex import fmt_steps
 
     plt = _pyplot()
     stats = tables.stats

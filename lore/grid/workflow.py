@@ -315,8 +315,8 @@ def checked_workflow_config(config: dict, configfiles: list, main: str | os.Path
 def check_workflow_config(config: dict, environ: dict | None = None) -> list[TrainJob]:
     """Raise :class:`GridError` naming the field if ``config`` cannot run; return the training jobs."""
     from lore.ablations import ABLATIONS
-    from lore.analysis.settings import AnalysisSettings
     from lore.config import ConfigError, build_config, check_advisor_settings, load_yaml
+    from lore.report.settings import AnalysisSettings
 
     environ = os.environ if environ is None else environ
     _check_results_root(config)

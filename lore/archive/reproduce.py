@@ -1,7 +1,7 @@
 """Re-run archived runs at the current commit and compare each new ``eval.csv`` with the archived one, byte
 for byte: training is deterministic on one machine, so a change that alters no number reproduces every run.
 
-A retired entry (a removed variant's run, :mod:`lore.analysis.archive`) cannot be trained at this commit: it is
+A retired entry (a removed variant's run, :mod:`lore.archive`) cannot be trained at this commit: it is
 never drawn, and asking for it is one line naming its retired setting and the commit it was trained at."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from lore.analysis.archive import (
+from lore.archive import (
     ARCHIVE_ROOT,
     ArchiveError,
     check_archive,

@@ -1,6 +1,6 @@
 """``macros.tex``: every statistic and setup value as a macro, the generated sentences, and the findings
-and train-vs-eval tables, assembled from :mod:`lore.analysis.paper_numbers`,
-:mod:`lore.analysis.paper_results` and :mod:`lore.analysis.paper_method`.
+and train-vs-eval tables, assembled from :mod:`lore.paper.numbers`,
+:mod:`lore.paper.results` and :mod:`lore.paper.method`.
 """
 
 from __future__ import annotations
@@ -8,14 +8,42 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from lore.analysis.aggregate import ALL_ENVS, TRAIN_TAIL_FRACTION, AnalysisSettings, Tables
-from lore.analysis.latex import (
+from lore.paper.method import (
+    abstract_grid,
+    advisor_sentence,
+    arms_text,
+    crafter_claim_sentence,
+    default_choice_sentence,
+    gate_sentence,
+    grid_sentence,
+    kl_sentence,
+    trust_sentence,
+)
+from lore.paper.numbers import (
+    comparisons,
+    grid_arms,
+    primary_env,
+    setup_macros,
+    stat,
+    stat_macros,
+    uses_prior,
+)
+from lore.paper.results import (
+    chance_text,
+    findings_summary,
+    findings_text,
+    gap_text,
+    goal_items,
+    headline_sentence,
+    llm_cost_sentence,
+    original_metric_sentence,
+)
+from lore.report.aggregate import ALL_ENVS, TRAIN_TAIL_FRACTION, AnalysisSettings, Tables
+from lore.report.latex import (
     LORENUM_DEF,
     MISSING,
-    _cell,
-    _float,
-    _tabular,
     ablation_tex,
+    cell,
     env_label,
     env_names,
     escape,
@@ -28,36 +56,8 @@ from lore.analysis.latex import (
     num,
     seeds_caption,
     stat_cell,
-)
-from lore.analysis.paper_method import (
-    abstract_grid,
-    advisor_sentence,
-    arms_text,
-    crafter_claim_sentence,
-    default_choice_sentence,
-    gate_sentence,
-    grid_sentence,
-    kl_sentence,
-    trust_sentence,
-)
-from lore.analysis.paper_numbers import (
-    _stat,
-    comparisons,
-    grid_arms,
-    primary_env,
-    setup_macros,
-    stat_macros,
-    uses_prior,
-)
-from lore.analysis.paper_results import (
-    chance_text,
-    findings_summary,
-    findings_text,
-    gap_text,
-    goal_items,
-    headline_sentence,
-    llm_cost_sentence,
-    original_metric_sentence,
+    table_float,
+    tabular,
 )
 
 VERDICT_WORD = {"better": "improves", "worse": "worse", "unclear": "no evidence"}
@@ -84,13 +84,13 @@ def findings_table(tables: Tables, settings: AnalysisSettings, envs: Sequence[st
             rows.append([
                 f"{ablation_tex(x)} vs {ablation_tex(y)}",
                 f"{final.n_x}/{final.n_y}{flag}",
-                _cell(fmt_signed(final.difference.estimate),
+                cell(fmt_signed(final.difference.estimate),
                       f"[{fmt_signed(final.difference.low)}, {fmt_signed(final.difference.high)}]"),
-                _cell(fmt_rate(final.p_improve.estimate),
+                cell(fmt_rate(final.p_improve.estimate),
                       f"[{fmt_rate(final.p_improve.low)}, {fmt_rate(final.p_improve.high)}]"),
-                MISSING if auc is None else _cell(fmt_signed(auc.difference.estimate),
+                MISSING if auc is None else cell(fmt_signed(auc.difference.estimate),
                                                   f"[{fmt_signed(auc.difference.low)}, {fmt_signed(auc.difference.high)}]"),
-                MISSING if auc is None else _cell(fmt_rate(auc.p_improve.estimate),
+                MISSING if auc is None else cell(fmt_rate(auc.p_improve.estimate),
                                                   f"[{fmt_rate(auc.p_improve.low)}, {fmt_rate(auc.p_improve.high)}]"),
                 VERDICT_WORD[final.verdict],
             ])
@@ -105,14 +105,14 @@ def findings_table(tables: Tables, settings: AnalysisSettings, envs: Sequence[st
                f"{level}\\% bootstrap interval; P(X $>$ Y): probability that a run of X beats a run of Y, with its "
                "interval. Last column: the finding on the final SR, an improvement (or worse) only where both "
                "intervals exclude no difference;" + seeds_caption(ns))
-    return _float(_tabular(header, rows, "lcccccc"), caption, "tab:findings")
+    return table_float(tabular(header, rows, "lcccccc"), caption, "tab:findings")
 
 
 def gap_table(tables: Tables, settings: AnalysisSettings, envs: Sequence[str]) -> str:
     out = []
     pct = num(int(round(100 * TRAIN_TAIL_FRACTION)))
     for env in envs:
-        arms = [a for a in grid_arms(tables, env) if _stat(tables, env, a, "train_eval_gap") is not None]
+        arms = [a for a in grid_arms(tables, env) if stat(tables, env, a, "train_eval_gap") is not None]
         if not arms:
             continue
         rows = []
@@ -128,7 +128,7 @@ def gap_table(tables: Tables, settings: AnalysisSettings, envs: Sequence[str]) -
                    f"episodes) against the final evaluation success rate (without the prior), and their gap; mean "
                    f"over seeds with {level}\\% bootstrap intervals;" + seeds_caption(n_runs(tables, env, a)
                                                                                        for a in arms))
-        out.append(_float(_tabular(header, rows, "lcccc" + "c"), caption, f"tab:gap-{label_slug(env)}"))
+        out.append(table_float(tabular(header, rows, "lcccc" + "c"), caption, f"tab:gap-{label_slug(env)}"))
     return "\n".join(out)
 
 

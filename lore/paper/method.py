@@ -14,8 +14,19 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from lore.analysis.aggregate import AnalysisSettings, Tables
-from lore.analysis.latex import (
+from lore.paper.numbers import (
+    arm_cfg,
+    grid_arms,
+    join,
+    mechanisms,
+    range_text,
+    runs_of,
+    seeds_per_arm,
+    truthy,
+    uses_llm,
+)
+from lore.report.aggregate import AnalysisSettings, Tables
+from lore.report.latex import (
     ablation_tex,
     env_label,
     escape,
@@ -23,17 +34,6 @@ from lore.analysis.latex import (
     fmt_signed,
     name_tex,
     num,
-)
-from lore.analysis.paper_numbers import (
-    _join,
-    _range_text,
-    _runs_of,
-    _truthy,
-    arm_cfg,
-    grid_arms,
-    mechanisms,
-    seeds_per_arm,
-    uses_llm,
 )
 
 BACKEND_TEXT = {"scripted": "an offline scripted advisor", "gemini": "Google Gemini",
@@ -68,9 +68,9 @@ def advisor_sentence(tables: Tables) -> str:
     names = backends(tables)
     if not names:
         return "No arm of this grid asks an LLM."
-    which = _join([f"{BACKEND_TEXT.get(n, escape(n))} (backend \\texttt{{{escape(n)}}})" for n in names], "or")
+    which = join([f"{BACKEND_TEXT.get(n, escape(n))} (backend \\texttt{{{escape(n)}}})" for n in names], "or")
     modes = advisor_modes(tables)
-    qualities = _join([f"{mode} in {_join([ablation_tex(a) for a in arms])}" for mode, arms in modes])
+    qualities = join([f"{mode} in {join([ablation_tex(a) for a in arms])}" for mode, arms in modes])
     return f"Arms that ask an LLM ask {which}; the advice is {qualities}."
 
 
@@ -79,14 +79,14 @@ def abstract_grid(tables: Tables) -> str:
     if not envs:
         return "No runs were aggregated."
     arms = grid_arms(tables)
-    text = (f"We evaluate on {_join([name_tex(env_label(e)) for e in envs])} with the arms "
-            f"{_join([ablation_tex(a) for a in arms])} ({num(_range_text(seeds_per_arm(tables)))} seeds per arm), "
+    text = (f"We evaluate on {join([name_tex(env_label(e)) for e in envs])} with the arms "
+            f"{join([ablation_tex(a) for a in arms])} ({num(range_text(seeds_per_arm(tables)))} seeds per arm), "
             "with interquartile means and stratified bootstrap confidence intervals")
     names = backends(tables)
     if names:
         qualities = [mode.split(" (")[0] for mode, _ in advisor_modes(tables)]
-        text += (f", asking {_join([BACKEND_TEXT.get(n, escape(n)) for n in names], 'or')} whose advice is "
-                 f"{_join(qualities, 'or')}")
+        text += (f", asking {join([BACKEND_TEXT.get(n, escape(n)) for n in names], 'or')} whose advice is "
+                 f"{join(qualities, 'or')}")
     return text + "."
 
 
@@ -102,10 +102,10 @@ def grid_sentence(tables: Tables) -> str:
         return f"{num(n)} {word}{'' if n == 1 else 's'}"
 
     seeds = (f"{plural(per_arm[0], 'seed')} each" if len(per_arm) == 1
-             else f"{num(_range_text(per_arm))} seeds per arm (the counts per arm are in the tables)")
+             else f"{num(range_text(per_arm))} seeds per arm (the counts per arm are in the tables)")
     return (f"{plural(len(runs), 'run')}: {plural(len(envs), 'environment')} "
-            f"({_join([name_tex(env_label(e)) for e in envs])}), {plural(len(arms), 'arm')} "
-            f"({_join([ablation_tex(a) for a in arms])}), {seeds}.")
+            f"({join([name_tex(env_label(e)) for e in envs])}), {plural(len(arms), 'arm')} "
+            f"({join([ablation_tex(a) for a in arms])}), {seeds}.")
 
 
 ARM_TEXT = {
@@ -126,7 +126,7 @@ def full_components(tables: Tables, env: str | None, ablation: str = "full") -> 
     """The parts of the prior an arm ran (``full``: a fixed beta, advice trust and KL control), from its
     runs' configuration, so runs made before the default changed are described as what they ran."""
     parts = mechanisms(tables, env, ablation)
-    return _join(parts) if parts else "no prior component"
+    return join(parts) if parts else "no prior component"
 
 
 def _adversarial_control_text(tables: Tables, env: str | None) -> str:
@@ -135,7 +135,7 @@ def _adversarial_control_text(tables: Tables, env: str | None) -> str:
     missing = [p for p in mechanisms(tables, env, reference) if p not in mechanisms(tables, env, "kl_adversarial")]
     text = "is \\texttt{kl} under the adversarial advisor: a fixed $\\beta$ and KL control"
     if missing:
-        text += f", without the {_join([m.removeprefix('the ') for m in missing])} that {ablation_tex(reference)} adds"
+        text += f", without the {join([m.removeprefix('the ') for m in missing])} that {ablation_tex(reference)} adds"
     return text
 
 
@@ -155,7 +155,7 @@ def arms_text(tables: Tables, settings: AnalysisSettings, env: str | None) -> st
     text = ("In this grid " + "; ".join(sentences) + ".") if sentences else ""
     advisors = [(mode, a) for mode, a in advisor_modes(tables, env) if mode != "good"]
     if advisors:
-        listed = "; ".join(f"{_join([ablation_tex(x) for x in a])}: advice that is {mode}" for mode, a in advisors)
+        listed = "; ".join(f"{join([ablation_tex(x) for x in a])}: advice that is {mode}" for mode, a in advisors)
         text += (f" The advisor-quality arms ({listed}) test the low-regret claim: with a wrong advisor, the trust "
                  f"and the control episodes should keep the agent close to {ablation_tex(settings.baseline)}.")
     return text.strip()
@@ -165,7 +165,7 @@ def _per_arm(tables: Tables, env: str | None, columns: Sequence[str], render) ->
     """``render(ablation, *per-run arrays)`` for each arm whose runs logged every column (None skips)."""
     parts = []
     for ablation in grid_arms(tables, env):
-        values = [_runs_of(tables, env, ablation, column) for column in columns]
+        values = [runs_of(tables, env, ablation, column) for column in columns]
         if all(v.size for v in values):
             text = render(ablation, *values)
             if text:
@@ -183,15 +183,15 @@ def kl_sentence(tables: Tables, env: str | None) -> str:
                 f"{num(f'{kl_max.max():.2f}')}")
         if not lagrangian:
             return text + " (no KL control)"
-        bound = _runs_of(tables, env, ablation, "cfg_prior_kl_bound")
+        bound = runs_of(tables, env, ablation, "cfg_prior_kl_bound")
         if bound.size:
             held = "within" if kl_max.max() <= bound.max() + 1e-6 else "above"
             text += f" ({held} the bound {num(f'{bound.max():g}')})"
-        below = _runs_of(tables, env, ablation, "lambda_below_max_frac")
+        below = runs_of(tables, env, ablation, "lambda_below_max_frac")
         if below.size:
             text += f", $\\lambda<\\lambda_{{\\max}}$ on {num(f'{100 * below.mean():.0f}')}\\% of logged points"
-        train = _runs_of(tables, env, ablation, "kl_mix_wm_train_avg")
-        delta = _runs_of(tables, env, ablation, "cfg_prior_kl_delta")
+        train = runs_of(tables, env, ablation, "kl_mix_wm_train_avg")
+        delta = runs_of(tables, env, ablation, "cfg_prior_kl_delta")
         if train.size and delta.size:
             side = "above" if train.mean() > delta.max() + 1e-9 else "within"
             text += (f", and the replay-state KL that the distillation term acts on averaged "
@@ -206,7 +206,7 @@ def trust_sentence(tables: Tables, env: str | None) -> str:
     """Final trust in the LLM's answers per arm that uses trust (mean and range over seeds)."""
     def render(ablation, values):
         trust_on = arm_cfg(tables, env, ablation, "prior.trust", None)
-        if (trust_on is not None and not _truthy(trust_on)) or np.allclose(values, 0.5):
+        if (trust_on is not None and not truthy(trust_on)) or np.allclose(values, 0.5):
             return None  # arms without trust log the uninformed 0.5
         return (f"{ablation_tex(ablation)} {num(f'{values.mean():.2f}')} ({num(f'{values.min():.2f}--{values.max():.2f}')}, "
                 f"$n$ = {num(values.size)}{few(values.size)})")
@@ -342,10 +342,10 @@ def default_choice_sentence(tables: Tables, root: Path | None = None) -> str:
     if envs:
         scope = f" on {num(len(envs))} environments"
         if seeds:
-            scope += f" with {num(_range_text(sorted(set(seeds))))} seeds each"
+            scope += f" with {num(range_text(sorted(set(seeds))))} seeds each"
     text = (f"The default was chosen by a comparison declared before its runs were trained "
             f"(\\texttt{{{escape(DECISION)}}}){scope}, between {num(len(names))} designs: "
-            f"{_join([design(n) for n in names])}.")
+            f"{join([design(n) for n in names])}.")
     requires = _requirements(rule)
     adversarial = [r for r in requires if r.get("role") == "adversarial" and r.get("test") == "not_below"]
     tie = _number(rule.get("tie"))
@@ -366,9 +366,9 @@ def default_choice_sentence(tables: Tables, root: Path | None = None) -> str:
             for req in adversarial:
                 below = _fell_below(rows, arm, str(req.get("vs")), str(req.get("metric")))
                 if below:
-                    failures.append(f"for {ablation_tex(name)} on {_join([name_tex(env_label(e)) for e in below])}")
+                    failures.append(f"for {ablation_tex(name)} on {join([name_tex(env_label(e)) for e in below])}")
         text += " No design met the requirement"
-        text += (": under adversarial advice it failed " + _join(failures) + "." if failures else ".")
+        text += (": under adversarial advice it failed " + join(failures) + "." if failures else ".")
     elif verdict.startswith("select "):
         text += f" The rule selected {ablation_tex(verdict.removeprefix('select '))}."
     else:
@@ -377,7 +377,7 @@ def default_choice_sentence(tables: Tables, root: Path | None = None) -> str:
     finite = {n: v for n, v in finite.items() if math.isfinite(v)}
     if finite:
         text += (" On good advice the AUC averaged over environments was "
-                 + _join([f"{num(f'{v:.3f}')} for {ablation_tex(n)}" for n, v in finite.items()]) + ".")
+                 + join([f"{num(f'{v:.3f}')} for {ablation_tex(n)}" for n, v in finite.items()]) + ".")
     fewest = None
     if candidates and all(isinstance(c, dict) and isinstance(c.get("mechanisms"), int) for c in candidates.values()):
         fewest = min(candidates, key=lambda n: candidates[n]["mechanisms"])
@@ -393,7 +393,7 @@ def default_choice_sentence(tables: Tables, root: Path | None = None) -> str:
             extra = [m for m in mechanisms(tables, None, "full") if m in ("the uncertainty gate", "LLM features")]
             if extra:
                 text += (f" The {ablation_tex('full')} runs aggregated here predate that choice and ran with "
-                         f"{_join(extra)}.")
+                         f"{join(extra)}.")
     return text
 
 
@@ -436,10 +436,10 @@ def crafter_claim_sentence(root: Path | None = None) -> str:
                       for arm, vs in pairs)
     text = (f"On Crafter, a comparison declared before its runs (\\texttt{{{escape(CRAFTER)}}}: "
             f"{ablation_tex('full')} with the scripted Crafter advisor at the CPU configuration{base}"
-            + (f", {num(_range_text(seeds))} seeds per arm paired by seed" if seeds else "")
+            + (f", {num(range_text(seeds))} seeds per arm paired by seed" if seeds else "")
             + (f") found {found}." if found else ") compared nothing."))
     tests = {"not_below": "not fall below", "above": "lie above"}
-    wanted = _join([f"{ablation_tex(str(r.get('arm')))} {tests.get(str(r.get('test')), escape(str(r.get('test'))))} "
+    wanted = join([f"{ablation_tex(str(r.get('arm')))} {tests.get(str(r.get('test')), escape(str(r.get('test'))))} "
                     f"{ablation_tex(str(r.get('vs')))} beyond the paired interval of the "
                     f"{METRIC_TEXT.get(str(r.get('metric')), escape(str(r.get('metric'))))}" for r in _requirements(_rule(decl))])
     rule_text = f" Its rule, that {wanted}," if wanted else " Its rule"

@@ -14,9 +14,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lore.analysis.archive import ARCHIVE_ROOT, entry_path
-from lore.analysis.experiment_declaration import ExperimentError, load_declaration
-from lore.analysis.experiment_log import UNDECIDED, read_record, record_path
+from lore.archive import ARCHIVE_ROOT, entry_path
+from lore.experiments.declaration import ExperimentError, load_declaration
+from lore.experiments.log import UNDECIDED, read_record, record_path
 
 ENV_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 """An environment id as a folder name of the archive (never a path)."""
@@ -94,7 +94,7 @@ def _verdict_differences(rec: dict, decided: dict) -> list[str]:
 def _listed_runs(rec: dict, decl, root: Path, archive: Path) -> list[tuple[object, Path]] | None:
     """(run, entry) of every run the record lists, or of today's plan when it lists none; None when a run
     has no entry in the archive (the record can then only be re-checked from its own table)."""
-    from lore.analysis.experiment_plan import plan
+    from lore.experiments.plan import plan
 
     if rec.get("runs"):
         runs = [_listed_run(rec, i, r, root) for i, r in enumerate(rec["runs"])]
@@ -113,8 +113,8 @@ def _listed_runs(rec: dict, decl, root: Path, archive: Path) -> list[tuple[objec
 def _listed_run(rec: dict, index: int, item: object, root: Path):
     """Run ``index`` of a record's ``runs`` as a planned run; ExperimentError naming the record and the field
     when it is not one (a key that is no run key, an env that is a path, a seed that is no whole number)."""
-    from lore.analysis.archive import KEY_PATTERN
-    from lore.analysis.experiment_plan import PlannedRun
+    from lore.archive import KEY_PATTERN
+    from lore.experiments.plan import PlannedRun
 
     where = f"{record_path(rec['name'], root)}: runs[{index}]"
     if not isinstance(item, dict):
@@ -137,7 +137,7 @@ def recheck(name: str, root: Path = Path("."), archive: Path | None = None) -> R
     its record (ExperimentError naming the file when the record or an entry it lists is missing)."""
     import pandas as pd
 
-    from lore.analysis.experiment_compare import (
+    from lore.experiments.compare import (
         LEGACY_STATISTICS,
         comparison_table,
         run_metrics_table,

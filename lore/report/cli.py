@@ -1,33 +1,30 @@
-"""``lore aggregate | figures | paper-macros | paper-build``: the analysis from the command line.
+"""``lore aggregate | figures`` and ``benchmark-report``: the statistics, tables and figures from the command line.
 
     lore aggregate --runs-root results/runs --out results/tables --budgets 10000 25000 50000
     lore figures --runs-root results/runs --tables results/tables --out results/figures
-    lore paper-macros --tables results/tables --out paper/generated
-    python -m lore.analysis.cli paper-build --tex paper/lore.tex --generated paper/generated \
-        --figures results/figures --out results/paper/lore.pdf
-    python -m lore.analysis.cli benchmark-report --tables results/bench/tables \
+    python -m lore.report.cli benchmark-report --tables results/bench/tables \
         --figures results/bench/figures --out docs/benchmark --budgets 2500 5000 10000
 
-``lore.cli`` delegates the first three here (``main(argv)`` with argv starting at the
-subcommand). Every error is one line on stderr with exit status 2 (bad input) or 1 (a file could not be
-written, e.g. a full disk; the previous version of every output is kept). Each command reads and checks all its
-inputs, and checks its output paths, before it writes its first file; every file is written atomically.
+``lore.cli`` delegates the first two here (``main(argv)`` with argv starting at the subcommand); the paper's
+commands (``paper-macros``, ``paper-build``) are :mod:`lore.paper.cli`'s, which uses the helpers here. Every
+error is one line on stderr with exit status 2 (bad input) or 1 (a file could not be written, e.g. a full disk;
+the previous version of every output is kept). Each command reads and checks all its inputs, and checks its
+output paths, before it writes its first file; every file is written atomically.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
-from lore.analysis.aggregate import AnalysisSettings
+from lore.report.aggregate import AnalysisSettings
 
 
-def _settings_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("statistics (defaults: lore.analysis.aggregate.AnalysisSettings)")
+def settings_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("statistics (defaults: lore.report.aggregate.AnalysisSettings)")
     g.add_argument("--settings", help="YAML mapping of AnalysisSettings fields (e.g. the workflow's analysis: section)")
     g.add_argument("--budgets", type=int, nargs="+", help="env-step budgets at which SR is compared")
     g.add_argument("--env-budget", action="append", default=[], metavar="ENV=B1,B2",
@@ -90,7 +87,7 @@ def _read_run_list(path: str) -> list[Path]:
 
 
 def _run_dirs(args: argparse.Namespace) -> list[Path]:
-    from lore.analysis.runs import find_run_dirs
+    from lore.report.runs import find_run_dirs
 
     dirs = [Path(d) for d in args.run_dirs]
     if args.run_list:
@@ -102,20 +99,20 @@ def _run_dirs(args: argparse.Namespace) -> list[Path]:
     return list(dict.fromkeys(dirs))
 
 
-def _given_files(args: argparse.Namespace) -> list[Path]:
+def given_files(args: argparse.Namespace) -> list[Path]:
     """The settings file and run list named on the command line (inputs no output may replace)."""
     return [Path(p) for p in (getattr(args, "settings", None), getattr(args, "run_list", None)) if p]
 
 
 def _run_files(dirs: list[Path]) -> list[Path]:
-    from lore.analysis.runs import RUN_FILES
+    from lore.report.runs import RUN_FILES
 
     return [*dirs, *(d / name for d in dirs for name in RUN_FILES)]
 
 
-def _outputs_checked(out: str, outputs: list[Path], inputs: list[Path]) -> list[Path]:
+def outputs_checked(out: str, outputs: list[Path], inputs: list[Path]) -> list[Path]:
     """--out is a folder (or not there yet) and no output is an input; returns ``outputs``."""
-    from lore.analysis.outputs import check_apart, check_folder
+    from lore.report.outputs import check_apart, check_folder
 
     check_folder(out, "--out")
     check_apart([Path(out), *outputs], inputs)
@@ -123,37 +120,23 @@ def _outputs_checked(out: str, outputs: list[Path], inputs: list[Path]) -> list[
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lore", description="LoRe analysis: statistics, figures, paper")
+    parser = argparse.ArgumentParser(prog="lore", description="LoRe analysis: statistics, tables, figures")
     sub = parser.add_subparsers(dest="command", required=True)
 
     a = sub.add_parser("aggregate", help="tidy tables + statistics (CSV and LaTeX) from run directories")
     _runs_args(a)
-    _settings_args(a)
+    settings_args(a)
     a.add_argument("--out", default="results/tables", help="output folder (default results/tables)")
 
     f = sub.add_parser("figures", help="figures (PNG + PDF) from run directories and the tables")
     _runs_args(f)
-    _settings_args(f)
+    settings_args(f)
     f.add_argument("--tables", default="results/tables", help="folder written by `lore aggregate`")
     f.add_argument("--out", default="results/figures")
 
-    m = sub.add_parser("paper-macros", help="LaTeX macros and tables for paper/lore.tex")
-    _settings_args(m)
-    m.add_argument("--tables", default="results/tables")
-    m.add_argument("--out", default="paper/generated")
-    m.add_argument("--envs", nargs="+", help="environments in the config's order (the first MiniGrid one is "
-                                             "the paper's primary environment)")
-
-    b = sub.add_parser("paper-build", help="compile the paper PDF (latexmk or pdflatex)")
-    b.add_argument("--tex", default="paper/lore.tex")
-    b.add_argument("--generated", default="paper/generated")
-    b.add_argument("--figures", default="results/figures")
-    b.add_argument("--out", default="results/paper/lore.pdf")
-    b.add_argument("--log", help="write the LaTeX output here")
-
     r = sub.add_parser("benchmark-report", help="the LLM-prior benchmark report (README.md, summary.csv, "
                                                 "cited figures, CSV tables) from the tables and figures")
-    _settings_args(r)
+    settings_args(r)
     r.add_argument("--tables", default="results/tables", help="folder written by `lore aggregate`")
     r.add_argument("--figures", default="results/figures", help="folder written by `lore figures`")
     r.add_argument("--out", default="docs/benchmark")
@@ -161,17 +144,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _aggregate(args) -> None:
-    from lore.analysis.aggregate import Tables, aggregate
-    from lore.analysis.latex import TABLE_FILES, latex_texts
-    from lore.analysis.outputs import remove_stale_temporaries, write_text
-    from lore.analysis.runs import load_runs
+    from lore.report.aggregate import Tables, aggregate
+    from lore.report.latex import TABLE_FILES, latex_texts
+    from lore.report.outputs import remove_stale_temporaries, write_text
+    from lore.report.runs import load_runs
 
     settings = settings_from_args(args)
     start = time.perf_counter()
     dirs = _run_dirs(args)
     out = Path(args.out)
-    outputs = _outputs_checked(args.out, Tables.paths(out) + [out / n for n in TABLE_FILES],
-                               _run_files(dirs) + _given_files(args))
+    outputs = outputs_checked(args.out, Tables.paths(out) + [out / n for n in TABLE_FILES],
+                              _run_files(dirs) + given_files(args))
     runs = load_runs(dirs)
     tables = aggregate(runs, settings)
     texts = latex_texts(tables, settings)
@@ -186,15 +169,15 @@ def _aggregate(args) -> None:
 
 
 def _figures(args) -> None:
-    from lore.analysis.aggregate import Tables
-    from lore.analysis.figures import figure_paths, make_figures
-    from lore.analysis.outputs import remove_stale_temporaries
-    from lore.analysis.runs import load_runs
+    from lore.report.aggregate import Tables
+    from lore.report.figures import figure_paths, make_figures
+    from lore.report.outputs import remove_stale_temporaries
+    from lore.report.runs import load_runs
 
     settings = settings_from_args(args)
     dirs = _run_dirs(args)
-    outputs = _outputs_checked(args.out, figure_paths(args.out),
-                               _run_files(dirs) + Tables.paths(args.tables) + _given_files(args))
+    outputs = outputs_checked(args.out, figure_paths(args.out),
+                              _run_files(dirs) + Tables.paths(args.tables) + given_files(args))
     runs = load_runs(dirs)
     tables = Tables.read_csv(args.tables)
     remove_stale_temporaries(outputs)
@@ -202,72 +185,45 @@ def _figures(args) -> None:
     print(json.dumps({"runs": len(runs), "files": [str(p) for p in written]}))
 
 
-def _paper_macros(args) -> None:
-    from lore.analysis.aggregate import Tables
-    from lore.analysis.outputs import remove_stale_temporaries
-    from lore.analysis.paper import GENERATED_FILES, write_generated
-
-    settings = settings_from_args(args)
-    outputs = _outputs_checked(args.out, [Path(args.out) / n for n in GENERATED_FILES],
-                               Tables.paths(args.tables) + _given_files(args))
-    tables = Tables.read_csv(args.tables)
-    remove_stale_temporaries(outputs)
-    written = write_generated(tables, settings, args.out, args.envs)
-    print(json.dumps({"files": [str(p) for p in written]}))
-
-
-def _paper_build(args) -> None:
-    from lore.analysis.outputs import check_apart, check_file
-    from lore.analysis.paper import build_pdf
-
-    outputs = [Path(args.out)] + ([Path(args.log)] if args.log else [])
-    for path, flag in zip(outputs, ("--out", "--log"), strict=False):
-        check_file(path, flag)
-    inputs = [Path(args.tex), *Path(args.generated).glob("*"), *Path(args.figures).glob("*")]
-    check_apart(outputs, inputs)
-    build = Path(args.out).parent / "build"
-    for source in (args.tex, args.generated, args.figures):
-        if os.path.realpath(source) == os.path.realpath(build) or os.path.realpath(source).startswith(
-                os.path.realpath(build) + os.sep):
-            raise ValueError(f"{source}: lies in {build}, the folder paper-build empties; choose another --out")
-    out = build_pdf(args.tex, args.generated, args.figures, args.out, args.log)
-    print(json.dumps({"pdf": str(out)}))
-
-
 def _benchmark_report(args) -> None:
-    from lore.analysis.aggregate import Tables
-    from lore.analysis.benchmark_report import report_paths, write_report
+    from lore.report.aggregate import Tables
+    from lore.report.benchmark_report import report_paths, write_report
 
     settings = settings_from_args(args)
     paths = report_paths(args.tables, args.figures, args.out)
     sources = [p for p in paths.values() if p is not None]
-    _outputs_checked(args.out, list(paths), sources + Tables.paths(args.tables) + _given_files(args))
+    outputs_checked(args.out, list(paths), sources + Tables.paths(args.tables) + given_files(args))
     written = write_report(args.tables, args.figures, args.out, settings)
     print(json.dumps({"files": [str(p) for p in written]}))
 
 
-COMMANDS = {"aggregate": _aggregate, "figures": _figures, "paper-macros": _paper_macros,
-            "paper-build": _paper_build, "benchmark-report": _benchmark_report}
+COMMANDS = {"aggregate": _aggregate, "figures": _figures, "benchmark-report": _benchmark_report}
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
-    from lore.analysis.outputs import OutputError
-    from lore.analysis.paper import PaperBuildError
+    from lore.report.outputs import OutputError
 
+    return run_command(build_parser(), COMMANDS, argv, (OutputError,))
+
+
+def run_command(parser: argparse.ArgumentParser, commands: dict, argv: list[str] | None,
+                write_errors: tuple[type[Exception], ...]) -> int:
+    """Run the command ``argv`` names: 0, or one line on stderr with exit status 1 (one of ``write_errors``: a
+    file could not be written) or 2 (bad input)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
     try:
-        COMMANDS[args.command](args)
-    except (PaperBuildError, OutputError) as e:
-        return _fail(args.command, str(e), 1)
+        commands[args.command](args)
+    except write_errors as e:
+        return fail(args.command, str(e), 1)
     except (ValueError, FileNotFoundError) as e:  # RunDataError is a ValueError
-        return _fail(args.command, str(e), 2)
+        return fail(args.command, str(e), 2)
     except OSError as e:  # an input that cannot be read (permissions, a device)
-        return _fail(args.command, f"{e.filename}: {e.strerror}" if e.filename else str(e), 2)
+        return fail(args.command, f"{e.filename}: {e.strerror}" if e.filename else str(e), 2)
     return 0
 
 
-def _fail(command: str, message: str, status: int) -> int:
+def fail(command: str, message: str, status: int) -> int:
     """One line on stderr, whatever the message holds."""
     print(f"lore {command}: error: {' '.join(message.split())}", file=sys.stderr)
     return status

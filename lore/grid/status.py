@@ -121,14 +121,14 @@ def read_csv_rows(path: Path) -> tuple[list[dict], str]:
 
 def read_run_config(run_dir: Path) -> tuple[dict, str]:
     """The saved run config as a mapping, and what is wrong with it ('' when nothing is)."""
-    from lore.config import ConfigError, _parse_yaml
+    from lore.config import ConfigError, parse_yaml
 
     path = run_dir / "config.yaml"
     try:
         raw = _read(path, MAX_SMALL_BYTES)
         if raw is None:
             return {}, ""
-        data = _parse_yaml(raw.decode("utf-8"))
+        data = parse_yaml(raw.decode("utf-8"))
     except OSError as e:
         return {}, _why(path, e)
     except UnicodeDecodeError:
@@ -389,7 +389,7 @@ def finished_line(run_dir: Path) -> str:
 
 def resolve_root(root: str | None, config: dict | None) -> Path:
     """The runs root: ``ROOT/runs`` for a results root, ``ROOT`` itself otherwise; by default the workflow's."""
-    from lore.analysis.grid import RUNS_ROOT, runs_root
+    from lore.grid.workflow import RUNS_ROOT, runs_root
 
     if root is None:
         return Path(runs_root(config) if config is not None else RUNS_ROOT)
@@ -399,8 +399,8 @@ def resolve_root(root: str | None, config: dict | None) -> Path:
 
 def planned_runs(config: dict, config_path: str, root: Path) -> list[RunStatus]:
     """The training runs of a workflow config, as waiting rows under ``root``; ConfigError naming the file if bad."""
-    from lore.analysis.grid import GridError, check_workflow_config, run_overrides
     from lore.config import ConfigError, load_config
+    from lore.grid.workflow import GridError, check_workflow_config, run_overrides
 
     try:
         jobs = check_workflow_config(config)
@@ -416,8 +416,8 @@ def planned_runs(config: dict, config_path: str, root: Path) -> list[RunStatus]:
 
 def load_workflow_config(path: str) -> dict:
     """A workflow config file as Snakemake would read it; ConfigError naming the file if it is not one."""
-    from lore.analysis.grid import default_results_root, normalise_cli_config
     from lore.config import ConfigError
+    from lore.grid.workflow import default_results_root, normalise_cli_config
 
     try:
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
@@ -433,7 +433,7 @@ def load_workflow_config(path: str) -> dict:
 def recorded_runs(runs_dir: Path) -> list[RunStatus]:
     """The grid the workflow recorded beside ``runs_dir`` (``<results_root>/.grid.json``), as waiting rows;
     [] when there is no readable record."""
-    from lore.analysis.grid import GRID_RECORD
+    from lore.grid.workflow import GRID_RECORD
 
     try:
         record = json.loads((_read(runs_dir.parent / GRID_RECORD, MAX_SMALL_BYTES) or b"").decode("utf-8"))

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from lore.analysis.aggregate import ALL_ENVS, AnalysisSettings, Tables, budget_metric
-from lore.analysis.outputs import write_text
+from lore.report.aggregate import ALL_ENVS, AnalysisSettings, Tables, budget_metric
+from lore.report.outputs import write_text
 
 MISSING = "--"
 
@@ -171,7 +171,7 @@ def crafter_achievement_count() -> int:
 
         return len(constants.achievements)
     except Exception:  # noqa: BLE001 - crafter is optional for the analysis
-        from lore.analysis.synthetic import CRAFTER_DIFFICULTY
+        from lore.report.synthetic import CRAFTER_DIFFICULTY
 
         return len(CRAFTER_DIFFICULTY)
 
@@ -179,7 +179,7 @@ def crafter_achievement_count() -> int:
 # --------------------------------------------------------------------------- tables
 
 
-def _cell(text: str, ci: str | None = None) -> str:
+def cell(text: str, ci: str | None = None) -> str:
     """Estimate on the first line, the CI small on the second (nested tabular: base LaTeX only)."""
     if ci is None:
         return text
@@ -199,7 +199,7 @@ def stat_cell(stats: pd.DataFrame, env: str, ablation: str, metric: str, field: 
     if row is None or not _finite(row[field]):
         return MISSING
     fmt = formatter_for(metric)
-    return _cell(fmt(row[field]), f"[{fmt(row[f'{field}_low'])}, {fmt(row[f'{field}_high'])}]{few(row['n'])}")
+    return cell(fmt(row[field]), f"[{fmt(row[f'{field}_low'])}, {fmt(row[f'{field}_high'])}]{few(row['n'])}")
 
 
 def improve_cell(improvement: pd.DataFrame, env: str, ablation: str, metric: str) -> str:
@@ -209,7 +209,7 @@ def improve_cell(improvement: pd.DataFrame, env: str, ablation: str, metric: str
         return MISSING
     row = rows.iloc[0]
     flag = few(min(row["n"], row["n_baseline"])) if "n_baseline" in row else few(row["n"])
-    return _cell(fmt_rate(row["p_improve"]), f"[{fmt_rate(row['low'])}, {fmt_rate(row['high'])}]{flag}")
+    return cell(fmt_rate(row["p_improve"]), f"[{fmt_rate(row['low'])}, {fmt_rate(row['high'])}]{flag}")
 
 
 def ordered_ablations(names) -> list[str]:
@@ -220,14 +220,16 @@ def ordered_ablations(names) -> list[str]:
     return sorted(set(names), key=lambda n: (order.get(n, len(order)), n))
 
 
-def _tabular(header: list[str], rows: list[list[str]], align: str) -> str:
+def tabular(header: list[str], rows: list[list[str]], align: str) -> str:
+    """A booktabs ``tabular`` with ``header`` and ``rows`` (cells already LaTeX), columns aligned by ``align``."""
     lines = [r"\begin{tabular}{" + align + "}", r"\toprule", " & ".join(header) + r" \\", r"\midrule"]
     lines += [" & ".join(r) + r" \\" for r in rows]
     lines += [r"\bottomrule", r"\end{tabular}"]
     return "\n".join(lines)
 
 
-def _float(body: str, caption: str, label: str) -> str:
+def table_float(body: str, caption: str, label: str) -> str:
+    """A ``table`` float holding ``body`` (scaled down to the line width if wider), with its caption and label."""
     return "\n".join([r"\begin{table}[tbp]", r"\centering", r"\small", r"\resizebox{\ifdim\width>\linewidth\linewidth\else\width\fi}{!}{%", body + "}",
                       r"\caption{" + caption + "}", r"\label{" + label + "}", r"\end{table}", ""])
 
@@ -308,7 +310,7 @@ def sr_table(tables: Tables, settings: AnalysisSettings) -> str:
                       "step), the floor." if untrained else "")
                    + f" Brackets: {level}\\% stratified bootstrap confidence intervals over seeds;"
                    + seeds_caption(n_runs(tables, env, a) for a in ablations))
-        out.append(_float(_tabular(header, rows, "l" + "c" * (len(header) - 1)), caption,
+        out.append(table_float(tabular(header, rows, "l" + "c" * (len(header) - 1)), caption,
                           f"tab:sr-{label_slug(env)}"))
     return "\n".join(out)
 
@@ -353,7 +355,7 @@ def efficiency_table(tables: Tables, settings: AnalysisSettings) -> str:
                    f"{num(fmt_steps(settings.window_center))}; mean over seeds), and LLM API calls per run (cache "
                    f"misses). Brackets: {level}\\% bootstrap confidence intervals;"
                    + seeds_caption(n_runs(tables, env, a) for a in ablations))
-        out.append(_float(_tabular(header, rows, "lccccc"), caption, f"tab:efficiency-{label_slug(env)}"))
+        out.append(table_float(tabular(header, rows, "lccccc"), caption, f"tab:efficiency-{label_slug(env)}"))
     return "\n".join(out)
 
 
@@ -375,7 +377,7 @@ def crafter_table(tables: Tables, settings: AnalysisSettings) -> str:
                    f"mean fraction of achievements unlocked per evaluation episode, mean over seeds with "
                    f"{num(int(round(settings.confidence * 100)))}\\% bootstrap confidence intervals;"
                    + seeds_caption(n_runs(tables, env, a) for a in ablations))
-        out.append(_float(_tabular(["Ablation", "$n$", "Crafter score (\\%)", "Achievements unlocked"], rows,
+        out.append(table_float(tabular(["Ablation", "$n$", "Crafter score (\\%)", "Achievements unlocked"], rows,
                                    "lccc"), caption, f"tab:crafter-{label_slug(env)}"))
     return "\n".join(out)
 
@@ -395,7 +397,7 @@ def ablation_table(tables: Tables | None = None) -> str:
             row.append(str(count) if count else MISSING)
         rows.append(row)
     header = ["Ablation", "Configuration overrides"] + (["Runs"] if runs is not None else [])
-    body = _tabular(header, rows, "llc" if runs is not None else "ll")
+    body = tabular(header, rows, "llc" if runs is not None else "ll")
     note = (" Runs: how many runs of it this grid has (all environments; --: not run)." if runs is not None
             else "")
     return "\n".join([r"\begin{table}[tbp]", r"\centering", r"\small", body,
