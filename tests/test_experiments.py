@@ -24,7 +24,7 @@ from lore.experiments.compare import (
     distinct_at_last_eval,
     verdict,
 )
-from lore.experiments.declaration import Declaration, declared_names, load_declaration
+from lore.experiments.declaration import Declaration, ExperimentError, declared_names, load_declaration
 from lore.experiments.log import IMPORTED, LOG, log_markdown
 from lore.experiments.plan import RESULTS_DIR, PlannedRun, plan, run_dirs
 
@@ -254,6 +254,39 @@ def test_a_bound_on_the_loss_reads_the_lower_end_of_the_paired_ci(tmp_path):
     table = comparison_table(decl, lower)
     assert float(table[table["metric"] == "auc"]["low"].iloc[0]) < -0.02
     assert verdict(decl, table, lower)["verdict"] == "reject"
+
+
+def test_only_the_decision_envs_decide_and_the_others_are_reported(tmp_path):
+    lava = "MiniGrid-LavaGapS5-v0"
+    require = [{"arm": "full_half", "vs": "rl_only", "metric": "auc", "test": "not_below"}]
+    data = _decl(grid={"envs": [DOORKEY, lava], "seeds": [0, 1, 2], "steps": 3000},
+                 decision={"rule": "adopt", "require": require, "envs": [DOORKEY]})
+    decl = load_declaration("exp", _workdir(tmp_path, {"exp": data}))
+    rows = {"rl_only": [0.2, 0.3, 0.25], "full_half": [0.2, 0.3, 0.26]}
+    worse = {"rl_only": [0.5, 0.6, 0.55], "full_half": [0.1, 0.1, 0.1]}
+    metrics = pd.concat([_metrics(rows), _metrics(worse, env=lava)])
+    table = comparison_table(decl, metrics)
+    assert set(table["env"]) == {DOORKEY, lava}  # both are reported
+    assert verdict(decl, table, metrics)["verdict"] == "adopt"  # the unpowered env decides nothing
+    doorkey_only = metrics[metrics["env"] == DOORKEY]
+    assert verdict(decl, comparison_table(decl, doorkey_only), doorkey_only)["verdict"] == "adopt"
+    none_yet = metrics[metrics["env"] == lava]
+    assert verdict(decl, comparison_table(decl, none_yet), none_yet)["verdict"] == "incomplete"
+
+
+@pytest.mark.parametrize(("change", "key", "needle"), [
+    ({"envs": ["MiniGrid-Empty-5x5-v0"]}, "decision.envs[0]", "not in grid.envs"),
+    ({"envs": ["MiniGrid-LavaGapS5-v0"]}, "decision.envs", "does not run on"),
+])
+def test_bad_decision_envs_are_refused(tmp_path, change, key, needle):
+    arms = {"rl_only": {"reference": True}, "full_half": {"ablation": "full", "envs": [DOORKEY]}}
+    decision = {"rule": "adopt", "require": [{"arm": "full_half", "vs": "rl_only", "metric": "auc",
+                                              "test": "above"}], **change}
+    data = _decl(arms=arms, grid={"envs": [DOORKEY, "MiniGrid-LavaGapS5-v0"], "seeds": [0, 1]}, decision=decision)
+    root = _workdir(tmp_path, {"exp": data})
+    with pytest.raises(ExperimentError, match=needle) as err:
+        load_declaration("exp", root)
+    assert key in str(err.value)
 
 
 def test_an_arm_runs_on_its_own_seeds_and_pairs_on_the_shared_ones(tmp_path):

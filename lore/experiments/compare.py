@@ -17,7 +17,7 @@ import subprocess
 from pathlib import Path
 
 from lore.archive import commit_counts
-from lore.experiments.declaration import METRICS, Declaration, load_declaration
+from lore.experiments.declaration import METRICS, Declaration, decision_envs, load_declaration
 from lore.experiments.log import UNDECIDED, ExperimentDecided, check_open, commits_text, read_record
 from lore.experiments.plan import RESULTS_DIR, PlannedRun, comparisons, run_dirs
 
@@ -157,15 +157,18 @@ def _holds(row, test: str, value: float | None) -> bool | None:
     return bool(row["low"] > 0) if test == "above" else bool(row["high"] >= 0)
 
 
-def _requirement(table, arm: str, vs: str, metric: str, test: str, value: float | None) -> bool | None:
+def _requirement(table, arm: str, vs: str, metric: str, test: str, value: float | None,
+                 envs: list[str]) -> bool | None:
+    """Whether ``test`` holds on every env of ``envs``; None while an env has no row or too few paired seeds."""
     vs_label = f"baseline:{arm}" if vs == "baseline" else vs
-    rows = table[(table["arm"] == arm) & (table["vs"] == vs_label) & (table["metric"] == metric)] if len(table) else []
+    rows = table[(table["arm"] == arm) & (table["vs"] == vs_label) & (table["metric"] == metric)
+                 & table["env"].isin(envs)] if len(table) else []
     if len(rows) == 0:
         return None
     results = [_holds(row, test, value) for _, row in rows.iterrows()]
     if any(r is False for r in results):
         return False
-    return None if any(r is None for r in results) else True
+    return None if any(r is None for r in results) or set(rows["env"]) != set(envs) else True
 
 
 def power_verdict(decl: Declaration, metrics_table) -> dict:
@@ -213,8 +216,9 @@ def _rule_verdict(decl: Declaration, table, metrics_table) -> dict:
     rule = decl.decision
     if rule["rule"] == "power":
         return power_verdict(decl, metrics_table)
+    envs = decision_envs(decl)
     if rule["rule"] == "adopt":
-        results = [(_requirement(table, r["arm"], r["vs"], r["metric"], r["test"], r.get("value")), r)
+        results = [(_requirement(table, r["arm"], r["vs"], r["metric"], r["test"], r.get("value"), envs), r)
                    for r in rule["require"]]
         failed = [r for ok, r in results if ok is False]
         if failed:
@@ -226,14 +230,14 @@ def _rule_verdict(decl: Declaration, table, metrics_table) -> dict:
         return {"verdict": "adopt", "reason": "every requirement holds on every env"}
     scores, eligible, pending = {}, [], False
     for cand, roles in rule["candidates"].items():
-        oks = [_requirement(table, roles[r["role"]], r["vs"], r["metric"], r["test"], r.get("value"))
+        oks = [_requirement(table, roles[r["role"]], r["vs"], r["metric"], r["test"], r.get("value"), envs)
                for r in rule.get("require", [])]
         pending |= any(ok is None for ok in oks)
         arm = roles[rule["score"]["role"]]
         values = metrics_table[metrics_table["arm"] == arm] if len(metrics_table) else []
         if len(values):
-            per_env = values.groupby("env")[rule["score"]["metric"]].mean()
-            scores[cand] = float(per_env.mean()) if len(per_env) == len(decl.arms[arm].envs) else math.nan
+            per_env = values[values["env"].isin(envs)].groupby("env")[rule["score"]["metric"]].mean()
+            scores[cand] = float(per_env.mean()) if len(per_env) == len(envs) else math.nan
         if all(ok is True for ok in oks):
             eligible.append(cand)
     if pending or any(not math.isfinite(scores.get(c, math.nan)) for c in rule["candidates"]):

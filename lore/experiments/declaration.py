@@ -241,6 +241,34 @@ def _check_reference(decl: Declaration, where: str, item: dict) -> None:
                                              f"{', '.join(decl.metrics)})")
 
 
+def decision_envs(decl: Declaration) -> list[str]:
+    """The envs the decision rule reads: ``decision.envs``, else every env of the grid (the others are reported)."""
+    return list(decl.decision.get("envs") or decl.envs)
+
+
+def decided_arms(rule: dict) -> list[str]:
+    """The arms of this experiment a decision rule reads (its requirements and candidates; not ``vs``)."""
+    if rule["rule"] == "select":
+        return [arm for roles in rule["candidates"].values() for role, arm in roles.items() if role != "mechanisms"]
+    if rule["rule"] == "power":
+        return [rule["arm"]]
+    return [req["arm"] for req in rule.get("require", [])]
+
+
+def _check_decision_envs(decl: Declaration) -> None:
+    """``decision.envs`` are envs of the grid, and every arm the rule reads runs on each of them."""
+    path, rule = decl.path, decl.decision
+    for i, env in enumerate(rule.get("envs") or []):
+        if env not in decl.envs:
+            raise _fail(path, f"decision.envs[{i}]", f"{env!r} is not in grid.envs")
+    refs = decided_arms(rule) + [req["vs"] for req in rule.get("require", [])]
+    for arm in refs:
+        spec = decl.arms.get(arm)
+        missing = [e for e in decision_envs(decl) if spec is not None and e not in spec.envs]
+        if missing:
+            raise _fail(path, "decision.envs", f"arm {arm!r} does not run on {missing[0]!r}, which the rule reads")
+
+
 def _check_decision(decl: Declaration) -> None:
     path, rule = decl.path, decl.decision
     for i, req in enumerate(rule.get("require", [])):
@@ -267,6 +295,7 @@ def _check_decision(decl: Declaration) -> None:
         if score["metric"] not in decl.metrics:
             raise _fail(path, "decision.score.metric", f"unknown metric {score['metric']!r} (this experiment's "
                                                        f"metrics: {', '.join(decl.metrics)})")
+    _check_decision_envs(decl)
 
 
 def _roles(rule: dict) -> set[str]:
