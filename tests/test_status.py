@@ -41,6 +41,10 @@ def test_prefill_intervals_never_enter_the_rate():
     assert 4000 / 202.0 > 1.9 * training_rate(trained)
     # a run that never updates (the random policy): every interval is its speed
     assert training_rate(prefill, trains=False) == pytest.approx(1000.0)
+    # knowing the prefill (2000 steps), the first interval of training counts: speed from the first log line
+    assert training_rate(first, prefill=2000) == pytest.approx(10.0)
+    assert math.isnan(training_rate(prefill, prefill=2000))
+    assert math.isnan(training_rate(first, prefill=2500))  # an interval that holds prefill steps does not count
 
 
 def test_rate_follows_recent_intervals_and_skips_broken_ones():

@@ -226,6 +226,13 @@ def _total_steps(cfg: dict) -> int | None:
     return int(steps) if math.isfinite(steps) and 0 < steps < _MAX_INT else None
 
 
+def _prefill(cfg: dict) -> int | None:
+    """A run's prefill steps from its saved config; None when the config does not say."""
+    train = cfg.get("train")
+    steps = number_or_nan(train.get("prefill")) if isinstance(train, dict) else math.nan
+    return int(steps) if math.isfinite(steps) and 0 <= steps < _MAX_INT else None
+
+
 def _trains(cfg: dict) -> bool:
     """Whether a run's saved config updates a policy (the random baseline does not)."""
     train = cfg.get("train")
@@ -241,7 +248,7 @@ def run_status(run_dir: Path, root: Path) -> RunStatus:
     steps = [int(number_or_nan(r["env_step"])) for r in metrics + evals]
     status = RunStatus(path=str(run_dir), env=env, arm=arm, seed=seed, total=_total_steps(cfg),
                        step=max(steps) if steps else None,
-                       steps_per_s=training_rate(log_points(metrics), trains=_trains(cfg)),
+                       steps_per_s=training_rate(log_points(metrics), trains=_trains(cfg), prefill=_prefill(cfg)),
                        eval_sr=number_or_nan(evals[-1].get("success_rate")) if evals else math.nan)
     notes = [p for p in (cfg_problem, metrics_problem, eval_problem, lock_problem(run_dir)) if p]
     if (run_dir / "done").exists():

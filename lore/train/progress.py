@@ -11,17 +11,20 @@ RATE_ALPHA = 0.3
 """Weight of the newest log interval in the exponentially weighted rate."""
 
 
-def training_rate(points: Sequence[tuple[int, float, int]], alpha: float = RATE_ALPHA, trains: bool = True) -> float:
-    """Env steps per second, exponentially weighted over the log intervals that start with updates under way.
+def training_rate(points: Sequence[tuple[int, float, int]], alpha: float = RATE_ALPHA, trains: bool = True,
+                  prefill: int | None = None) -> float:
+    """Env steps per second, exponentially weighted over the log intervals of training.
 
-    ``points`` are ``(env_step, wall_s, updates)`` at successive log steps. An interval whose first point has
-    no update yet (prefill: random actions, no training, many times faster) never enters the rate, so the
-    rate is NaN until one whole interval of training has been measured. ``trains=False`` (a run that never
-    updates: the random policy) counts every interval.
+    ``points`` are ``(env_step, wall_s, updates)`` at successive log steps. Prefill (random actions, no
+    training, many times faster) never enters the rate: with ``prefill`` (the run's prefill steps) an interval
+    counts once it starts at or after the prefill and ends with updates done, so the rate is known from the
+    first log line after training starts; without it, an interval counts once its first point has updates.
+    ``trains=False`` (a run that never updates: the random policy) counts every interval.
     """
     rate = math.nan
-    for (s0, t0, u0), (s1, t1, _) in itertools.pairwise(points):
-        if (trains and u0 <= 0) or s1 <= s0 or t1 <= t0:
+    for (s0, t0, u0), (s1, t1, u1) in itertools.pairwise(points):
+        training = (s0 >= prefill and u1 > 0) if prefill is not None else u0 > 0
+        if (trains and not training) or s1 <= s0 or t1 <= t0:
             continue
         current = (s1 - s0) / (t1 - t0)
         rate = current if math.isnan(rate) else alpha * current + (1 - alpha) * rate

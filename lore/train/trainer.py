@@ -351,7 +351,8 @@ class Trainer:
         self.metric_table.flush()
         self.episode_table.flush()
         self.tb.scalars("train", row, self.env_step)
-        rate = training_rate(log_points(self.metric_table.rows), trains=not self.random_policy)
+        rate = training_rate(log_points(self.metric_table.rows), trains=not self.random_policy,
+                             prefill=self.cfg.train.prefill)
         self.eta_text = format_duration(eta_seconds(self.env_step, self.cfg.train.steps, rate), unknown="—")
         line = status_line(self.cfg, self.env_step, rate, self.latest_eval_sr)
         if not self.show_progress and line != self._last_status:  # batch jobs: a line per log interval, no bar
