@@ -157,24 +157,28 @@ def commits_text(run_commits: dict[str, int]) -> str:
 
 
 def _grid_text(decl: Declaration) -> str:
-    envs = ", ".join(e.removeprefix("MiniGrid-").removesuffix("-v0") for e in decl.envs)
+    envs = ", ".join(_short_env(e) for e in decl.envs)
     steps = f", {decl.steps:,} env steps" if decl.steps else ""
     return f"{envs} × {', '.join(decl.arms)} × {len(decl.seeds)} seeds{steps}"
 
 
-def _effect_text(rec: dict) -> str:
-    parts = []
-    for r in rec.get("comparison", []):
-        if r.get("difference") is None:
-            continue
-        env = r["env"].removeprefix("MiniGrid-").removesuffix("-v0")
-        parts.append(f"{r['arm']} − {r['vs']} {METRICS[r['metric']]} on {env}: {r['difference']:+.3f} "
-                     f"[{r['low']:+.3f}, {r['high']:+.3f}] (n = {r['n_paired']} paired)")
-    if not parts and rec.get("scores") and not rec.get("comparison"):  # a rule on one arm's means (power)
-        parts = [f"{env.removeprefix('MiniGrid-').removesuffix('-v0')}: {value:.3f}"
-                 for env, value in rec["scores"].items() if isinstance(value, (int, float))]
-        return "mean per env: " + "; ".join(parts)
-    return "; ".join(parts) or "no paired result yet"
+def _short_env(env: str) -> str:
+    return env.removeprefix("MiniGrid-").removesuffix("-v0")
+
+
+def effect_table(rec: dict) -> list[str]:
+    """A record's effects as Markdown table lines: one row per paired comparison (difference, 95% CI, n), or
+    per env for a rule on one arm's means (power); a line saying so when there is no result yet."""
+    rows = [r for r in rec.get("comparison", []) if r.get("difference") is not None]
+    if rows:
+        lines = ["| env | comparison | metric | difference [95% CI] | n paired |", "|---|---|---|---|---|"]
+        return lines + [f"| {_short_env(r['env'])} | {r['arm']} − {r['vs']} | {METRICS[r['metric']]} | "
+                        f"{r['difference']:+.3f} [{r['low']:+.3f}, {r['high']:+.3f}] | {r['n_paired']} |"
+                        for r in rows]
+    scores = {env: v for env, v in (rec.get("scores") or {}).items() if isinstance(v, (int, float))}
+    if scores and not rec.get("comparison"):
+        return ["| env | mean |", "|---|---|"] + [f"| {_short_env(env)} | {v:.3f} |" for env, v in scores.items()]
+    return ["no paired result yet"]
 
 
 def log_markdown(root: Path = Path(".")) -> str:
@@ -196,7 +200,7 @@ def log_markdown(root: Path = Path(".")) -> str:
         if rec is None:
             lines += ["- Status: declared, not run yet", ""]
             continue
-        lines += [f"- Effect: {_effect_text(rec)}", f"- Verdict: {rec['verdict']} ({rec['reason']})"]
+        lines += ["- Effect:", "", *effect_table(rec), "", f"- Verdict: {rec['verdict']} ({rec['reason']})"]
         lines += [f"- Decision: {rec['note']}"] if rec.get("note") else []
         commits = rec.get("run_commits") or {}
         mixed = " (the runs of this comparison come from more than one commit)" if len(commits) > 1 else ""
