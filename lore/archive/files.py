@@ -23,7 +23,7 @@ from lore.archive.layout import ArchiveError, os_error_text
 ENTRY_FILES = ("config.yaml", "done", "eval.csv", "episodes.csv", "metrics.csv", "llm_calls.jsonl")
 MAX_FILE_BYTES = 16 << 20
 """A run file larger than this is not one ``lore train`` wrote at an archivable size."""
-EPISODE_COLUMNS = ("env_step", "return", "length", "success", "control")
+EPISODE_COLUMNS = ("env_step", "return", "length", "success", "failed", "control")
 LEDGER_FIELDS = ("env_step", "ok", "cache_hit", "failure", "source")
 METRIC_COLUMNS = (
     "env_step", "beta_mean", "prior_mask_frac", "kl_mix_wm", "kl_mix_wm_train", "lambda_kl", "entropy_wm",

@@ -52,6 +52,46 @@ def run_metrics_table(pairs: list[tuple[PlannedRun, Path]]):
     return pd.DataFrame(rows, columns=["env", "arm", "seed", *METRICS]) if not rows else pd.DataFrame(rows)
 
 
+def outcome_table(pairs: list[tuple[PlannedRun, Path]], phases: int = 3):
+    """How each finished run's training episodes ended, by phase (:mod:`lore.report.episodes`): one row per
+    (env, arm, seed, phase) with the shares of success, failure and time-out."""
+    import pandas as pd
+
+    from lore.report.episodes import outcome_shares
+    from lore.report.runs import load_run
+
+    frames = []
+    for run, folder in pairs:
+        if not (folder / "done").is_file():
+            continue
+        loaded = load_run(folder)
+        shares = outcome_shares(loaded.episodes, int(loaded.eval["env_step"].max()), phases)
+        frames.append(shares.assign(env=run.env, arm=run.arm, seed=run.seed))
+    columns = ["env", "arm", "seed", "phase", "start", "end", "episodes", "success", "failure", "timeout"]
+    return pd.concat(frames)[columns] if frames else pd.DataFrame(columns=columns)
+
+
+def outcome_markdown(outcomes) -> list[str]:
+    """Per env and arm, the mean shares of each outcome in each phase over seeds, and how many seeds end stuck
+    in their time-out phase (:data:`lore.report.episodes.STUCK_TIMEOUT_SHARE`)."""
+    from lore.report.episodes import STUCK_TIMEOUT_SHARE
+
+    if not len(outcomes):
+        return []
+    lines = [f"How training episodes ended (mean share over seeds per phase of the run: success / failure / "
+             f"time-out); stuck: seeds whose last phase times out in at least {STUCK_TIMEOUT_SHARE:.0%} of "
+             "episodes.", "", "| env | arm | n | " + " | ".join(
+                 f"phase {k}" for k in sorted(set(outcomes["phase"]))) + " | stuck |",
+             "|---|---|---|" + "---|" * (len(set(outcomes["phase"])) + 1)]
+    for (env, arm), part in outcomes.groupby(["env", "arm"], sort=False):
+        means = part.groupby("phase")[["success", "failure", "timeout"]].mean()
+        cells = [" / ".join(_fmt(means.loc[k, o]) for o in ("success", "failure", "timeout")) for k in means.index]
+        last = part[part["phase"] == part["phase"].max()]["timeout"].dropna()
+        stuck = f"{int((last >= STUCK_TIMEOUT_SHARE).sum())} of {len(last)}" if len(last) else "-"
+        lines.append(f"| {env} | {arm} | {part['seed'].nunique()} | " + " | ".join(cells) + f" | {stuck} |")
+    return [*lines, ""]
+
+
 def experiment_figure(decl: Declaration, pairs: list[tuple[PlannedRun, Path]], out: Path) -> list[Path]:
     """``fig_success.png``: eval SR over env steps of each arm against the arm most comparisons use as ``vs``
     (mean over seeds with its 95% bootstrap band), one panel per env and arm."""
@@ -298,7 +338,8 @@ def arm_markdown(arms) -> list[str]:
     return lines + [""]
 
 
-def comparison_markdown(decl: Declaration, table, decided: dict, run_commits: dict[str, int], arms=None) -> str:
+def comparison_markdown(decl: Declaration, table, decided: dict, run_commits: dict[str, int], arms=None,
+                        outcomes=None) -> str:
     lines = [f"# {decl.name}", "", decl.question, "",
              f"Verdict: **{decided['verdict']}** ({decided['reason']}).", "",
              f"Code: {commits_text(run_commits)}.", "",
@@ -311,7 +352,9 @@ def comparison_markdown(decl: Declaration, table, decided: dict, run_commits: di
         lines.append(f"| {r['env']} | {r['arm']} | {r['vs']} | {METRICS[r['metric']]} | {r['n_arm']} / {r['n_vs']} / "
                      f"{r['n_paired']} | {_fmt(r['mean_arm'])} | {_fmt(r['mean_vs'])} | {_fmt(r['difference'], True)} "
                      f"[{_fmt(r['low'], True)}, {_fmt(r['high'], True)}] | {_fmt(r['p_improvement'])} |")
-    return "\n".join(lines) + "\n"
+    if outcomes is not None and len(outcomes):
+        lines += ["", *outcome_markdown(outcomes)]
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
 def current_commit(root: Path) -> str | None:
@@ -367,7 +410,9 @@ def compare_experiment(name: str, root: Path = Path("."), out: Path | None = Non
     experiment_figure(decl, pairs, out)
     arms = arm_table(decl, metrics_table)
     atomic_write_text(out / "arms.csv", arms.to_csv(index=False, float_format="%.6g"))
-    atomic_write_text(out / "comparison.md", comparison_markdown(decl, table, decided, run_commits, arms))
+    outcomes = outcome_table(pairs)
+    atomic_write_text(out / "outcomes.csv", outcomes.to_csv(index=False, float_format="%.6g"))
+    atomic_write_text(out / "comparison.md", comparison_markdown(decl, table, decided, run_commits, arms, outcomes))
     atomic_write_text(out / "verdict.json", json.dumps(rec, indent=1) + "\n")
     if previous is not None:
         atomic_write_text(previous, json.dumps(rec, indent=1) + "\n")

@@ -231,7 +231,8 @@ class LoReAgent:
     def observe(self, env_step: int, actions: np.ndarray, reward: np.ndarray, terminated: np.ndarray,
                 done: np.ndarray, ended: list[tuple[int, float]]) -> dict[int, dict[str, float]]:
         """The envs stepped (``ended``: (env, return) of the episodes that ended): evidence for the trust and
-        the controller -> per ended env, what its episode was (for ``episodes.csv``)."""
+        the controller -> per ended env, what its episode was (for ``episodes.csv``: ``failed``, 1 when it ended
+        in failure, :func:`lore.prior.trust.is_failure`; ``control`` with the prior)."""
         out, llm_in, prefill = self._last
         if not prefill:
             failed = torch.as_tensor([is_failure(terminated[i], reward[i]) for i in range(len(actions))])
@@ -239,6 +240,7 @@ class LoReAgent:
         records = {}
         for i, episode_return in ended:
             records[i] = self.prior.episode_record(i) if self.prior.cfg.enabled else {}
+            records[i]["failed"] = float(is_failure(terminated[i], reward[i]))
             if env_step > self.cfg.train.prefill:  # prefill episodes act at random
                 self.prior.observe_episode(i, episode_return, is_failure(terminated[i], reward[i]))
         self.advisor.on_env_step(env_step, actions, reward, done)
