@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import subprocess
 
-from workflow_helpers import REPO
+from workflow_helpers import HANG_GUARD_S, REPO
 
 SETUP = REPO / "scripts" / "setup.sh"
 
 
 def _setup(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(SETUP), *args], capture_output=True, text=True, timeout=60)
+    return subprocess.run(["bash", str(SETUP), *args], capture_output=True, text=True, timeout=HANG_GUARD_S)
 
 
 def test_help_prints_the_usage_and_names_no_system():
