@@ -40,8 +40,14 @@ def test_ci_runs_exactly_the_readmes_test_command():
     assert test_command in ci
 
 
+def test_the_quick_start_comes_first_and_needs_no_system_packages_nor_tex():
+    quick = next(c for c in _commands(README.read_text()) if "snakemake" in c and "setup.sh" in c)
+    assert "./scripts/setup.sh --no-system &&" in quick and "--config paper=false" in quick
+    assert README.read_text().index("## Quick start") < README.read_text().index("## Install and run")
+
+
 def test_the_readmes_main_job_command_plans_the_main_job(tmp_path):
-    command = next(c for c in _commands(README.read_text()) if "snakemake" in c and "setup.sh" in c)
+    command = next(c for c in _commands(README.read_text()) if "snakemake" in c and "setup.sh" in c and "--profile" in c)
     args = shlex.split(command.split("&&", 1)[1])[1:]  # after `.venv/bin/snakemake`
     assert "--configfile" not in args  # the default config
     args = [a if a != "workflow/profiles/default" else str(REPO / a) for a in args]
