@@ -90,6 +90,7 @@ class RunLog:
             self._held.append((name, text))
         elif name in self._copied:
             self._file.write(text)
+            self._file.flush()  # on disk at once: a crash, or a reader such as `lore status`, sees every line
 
     def flush(self) -> None:
         if self._file is not None:
