@@ -68,3 +68,16 @@ def test_the_log_gets_the_status_line_while_the_terminal_shows_a_bar(tmp_path, c
     assert out == "before the run directory is checked\nthe summary\n" and err == "\r[bar]"
     assert (run / "train.log").read_text() == ("before the run directory is checked\nlore: a status line\n"
                                                "the summary\n")
+
+
+def test_a_log_that_cannot_be_opened_is_one_warning_and_the_output_still_shows(tmp_path, capsys):
+    from lore.train.run_log import RunLog
+
+    run = tmp_path / "run"
+    (run / "train.log").mkdir(parents=True)  # a folder where the log goes
+    with RunLog() as log:
+        print("held")
+        log.attach(run)
+        print("after")
+    out, err = capsys.readouterr()
+    assert out == "held\nafter\n" and err.count("\n") == 1 and "train.log cannot be written" in err

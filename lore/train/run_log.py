@@ -74,10 +74,17 @@ class RunLog:
     def attach(self, run_dir: str | Path) -> None:
         """Open ``<run_dir>/train.log`` for appending and write what was held so far.
 
-        A stream whose descriptor already is that file (a shell redirect) is left out.
+        A stream whose descriptor already is that file (a shell redirect) is left out. A log that cannot be opened
+        is one warning line; the run goes on without it.
         """
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
-        self._file = open(os.open(Path(run_dir) / LOG_NAME, flags, 0o644), "a", encoding="utf-8")  # noqa: SIM115
+        try:
+            self._file = open(os.open(Path(run_dir) / LOG_NAME, flags, 0o644), "a", encoding="utf-8")  # noqa: SIM115
+        except OSError as e:  # the run goes on; only its log file is missing
+            self._held.clear()
+            print(f"lore: warning: {Path(run_dir) / LOG_NAME} cannot be written ({e.strerror or e}); "
+                  f"the run's output goes to the terminal only", file=self._saved["stderr"])
+            return
         log = os.fstat(self._file.fileno())
         self._copied = {name for name, stream in self._saved.items() if not _same_file(stream, log)}
         for name, text in self._held:
