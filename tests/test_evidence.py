@@ -214,6 +214,7 @@ def test_a_trial_writes_nothing_under_docs_or_runs(tmp_path):
 # --------------------------------------------------------------------------- the README's rebuild, fresh clone
 
 
+@pytest.mark.slow  # a clone and the benchmark's 30 runs restored through Snakemake: minutes
 def test_the_figure_1_command_rebuilds_from_a_fresh_clone_without_training(tmp_path):
     if not (REPO / ".git").exists():
         pytest.skip("not a git checkout: there is no commit to clone")
