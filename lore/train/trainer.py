@@ -177,8 +177,10 @@ class Trainer:
         self.pending: list[dict | None] = [None] * self.num_envs
 
     # ------------------------------------------------------------------ public entry points
-    def run(self, payload: dict | None = None) -> dict:
-        """Train to the end; resume from ``payload`` (by default the run's checkpoint, if any)."""
+    def run(self, payload: dict | None = None, run_log: RunLog | None = None) -> dict:
+        """Train to the end; resume from ``payload`` (by default the run's checkpoint, if any). ``run_log`` starts
+        writing the run's ``train.log`` once the run has started or its checkpoint is restored (a refused
+        checkpoint leaves the run directory as it was)."""
         ckpt = self.run_dir / CHECKPOINT
         resumed = ckpt.exists()
         if resumed:
@@ -187,6 +189,8 @@ class Trainer:
         else:
             save_config(self.cfg, self.run_dir / "config.yaml")
             self._start_episodes()
+        if run_log is not None:
+            run_log.attach(self.run_dir)
         version = code_version()
         if not self.code_versions or self.code_versions[-1] != version:
             self.code_versions.append(version)
@@ -526,7 +530,8 @@ def train(cfg: RunConfig, run_dir: str | Path, show_progress: bool | None = None
           run_log: RunLog | None = None) -> dict:
     """Train (or resume, or no-op when complete) one run; returns the summary written to ``done``.
 
-    ``run_log`` starts appending what the process prints to the run's ``train.log`` once the run is set up."""
+    ``run_log`` starts appending what the process prints to the run's ``train.log`` once the run has started
+    or resumed."""
     from lore.utils.io import DirectoryLocked, exclusive_dir_lock
 
     run_dir = Path(run_dir)
@@ -546,9 +551,7 @@ def train(cfg: RunConfig, run_dir: str | Path, show_progress: bool | None = None
             if cfg.train.torch_threads > 0:
                 torch.set_num_threads(cfg.train.torch_threads)
             trainer = Trainer(cfg, run_dir, show_progress=show_progress)
-            if run_log is not None:
-                run_log.attach(run_dir)
-            return trainer.run(payload)
+            return trainer.run(payload, run_log)
     except DirectoryLocked as e:
         raise ConfigError(f"run directory {e}") from None
     except UnsafeFileError as e:
