@@ -1,11 +1,11 @@
 """``<run_dir>/train.log``: what ``lore train`` prints on its stdout and stderr, kept in the run directory.
 
-:class:`RunLog` puts a tee in front of ``sys.stdout`` and ``sys.stderr``. What is printed before the run
-directory has passed its checks is held in memory and written once :meth:`RunLog.attach` opens the log (bad
-input leaves nothing behind); each attempt appends, so a resumed run's log holds every attempt. A stream that
-already writes to that very file is not copied a second time: the workflow runs ``lore train >> train.log
-2>&1``. The progress bar goes to the terminal only; the log gets its plain status line instead
-(:func:`log_only`).
+:class:`RunLog` puts a tee in front of ``sys.stdout`` and ``sys.stderr``. What is printed before the run has
+started (its checks passed, its checkpoint restored) is held in memory and written once :meth:`RunLog.attach`
+opens the log (bad input and a refused checkpoint leave nothing behind); each attempt appends, so a resumed run's
+log holds every attempt. A stream that already writes to that very file is not copied a second time: the workflow
+runs ``lore train >> train.log 2>&1``. The progress bar goes to the terminal only; the log gets its plain status
+line instead (:func:`log_only`).
 """
 
 from __future__ import annotations
