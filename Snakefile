@@ -2,12 +2,15 @@
 #
 #   snakemake --cores 2                                   # default main job (config/config.yaml)
 #   snakemake --profile workflow/profiles/default         # same, with keep-going / retries
+#   snakemake --cores 2 --configfile config/test.yaml --config paper=false   # quick start: tiny grid, no TeX
 #   snakemake --profile workflow/profiles/slurm --configfile config/paper.yaml
 #   snakemake --report results/report.html                # HTML report of the last run
 #   snakemake --cores 2 --configfile config/benchmark.yaml  # LLM-prior benchmark -> docs/benchmark/
 #   snakemake --cores 2 --config experiment=<name>        # a declared experiment (config/experiments/)
 #
 # See docs/workflow.md.
+import shutil
+
 from snakemake.utils import min_version
 
 min_version("8.0")
@@ -67,3 +70,5 @@ onerror:
 
     print("\n".join(workflow_lines(runs_root(config), TRAIN_JOBS)))
     print(f"  `lore status {RESULTS}` shows every run; job logs are under {LOGS}")
+    if config.get("paper", True) and not config.get("experiment") and shutil.which("pdflatex") is None:
+        print("  no TeX Live here (pdflatex not found), so the paper cannot be built: add --config paper=false")

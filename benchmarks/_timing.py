@@ -1,7 +1,9 @@
-"""Shared timing helper for the benchmark scripts (run as scripts: this folder is on sys.path)."""
+"""Shared timing helpers for the benchmark scripts (run as scripts: this folder is on sys.path)."""
 
 from __future__ import annotations
 
+import json
+import subprocess
 import time
 from collections.abc import Callable
 
@@ -15,4 +17,20 @@ def time_calls_ms(fn: Callable[[], object], repeats: int, warmup: int = 3) -> li
         start = time.perf_counter()
         fn()
         times.append((time.perf_counter() - start) * 1000.0)
+    return times
+
+
+def take_turns(workers: dict[str, subprocess.Popen], rounds: int, key: str) -> dict[str, list[float]]:
+    """``rounds`` rounds in which each worker in turn is sent ``go`` and answers one JSON line: ``key`` of each
+    answer, per worker. Taking turns makes a load change on a shared machine hit every worker alike. The workers'
+    stdin is closed at the end and they are waited for."""
+    times: dict[str, list[float]] = {name: [] for name in workers}
+    for _ in range(rounds):
+        for name, proc in workers.items():
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            times[name].append(json.loads(proc.stdout.readline())[key])
+    for proc in workers.values():
+        proc.stdin.close()
+        proc.wait()
     return times

@@ -19,6 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from _timing import take_turns
+
 HERE = Path(__file__).resolve().parent
 
 
@@ -75,15 +77,7 @@ def main() -> None:
             [sys.executable, __file__, "x", "x", "--worker", "--ablation", args.ablation, "--preset", args.preset,
              "--updates", str(args.updates)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
         print(f"{name}: {Path(tree).resolve()} ({json.loads(procs[name].stdout.readline())['agent']})")
-    times: dict[str, list[float]] = {name: [] for name in procs}
-    for _ in range(args.rounds):
-        for name, proc in procs.items():
-            proc.stdin.write("go\n")
-            proc.stdin.flush()
-            times[name].append(json.loads(proc.stdout.readline())["cpu_s"])
-    for proc in procs.values():
-        proc.stdin.close()
-        proc.wait()
+    times = take_turns(procs, args.rounds, "cpu_s")
     med = {name: statistics.median(v) for name, v in times.items()}
     print(f"{args.ablation}, preset {args.preset}, {args.rounds} rounds of {args.updates} updates, load average "
           f"{os.getloadavg()[0]:.2f}")

@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _timing import take_turns
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
@@ -117,16 +119,7 @@ def update_rounds(trees: dict[str, str], ablation: str, args) -> dict[str, list[
                                        stderr=subprocess.DEVNULL, text=True)
     for proc in procs.values():
         json.loads(proc.stdout.readline())
-    times: dict[str, list[float]] = {name: [] for name in procs}
-    for _ in range(args.rounds):
-        for name, proc in procs.items():
-            proc.stdin.write("go\n")
-            proc.stdin.flush()
-            times[name].append(json.loads(proc.stdout.readline())["ms"])
-    for proc in procs.values():
-        proc.stdin.close()
-        proc.wait()
-    return times
+    return take_turns(procs, args.rounds, "ms")
 
 
 def one_run(tree: str, ablation: str, args) -> dict:

@@ -38,13 +38,25 @@ class RedactingFilter(logging.Filter):
         return True
 
 
+class CurrentStderrHandler(logging.StreamHandler):
+    """A stream handler writing to whatever ``sys.stderr`` is at each record (e.g. the tee of a run's train.log)."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
+
+
 def log_to_stderr() -> None:
     """Warnings and errors of every logger to stderr, one line each, redacted (what Python would print without a
     handler, masked); nothing when the root logger has handlers already."""
     root = logging.getLogger()
     if root.handlers:
         return
-    handler = logging.StreamHandler(sys.stderr)
+    handler = CurrentStderrHandler()
     handler.setLevel(logging.WARNING)
     handler.addFilter(RedactingFilter())
     root.addHandler(handler)
@@ -175,12 +187,15 @@ def main(argv: list[str] | None = None) -> int:
 
             print(yaml.safe_dump(shown_config(cfg), sort_keys=False), end="")
             return 0
-        return _train(cfg, args)
+        from lore.train.run_log import RunLog
+
+        with RunLog() as run_log:  # what `lore train` prints is also appended to <run-dir>/train.log
+            return _train(cfg, args, run_log)
     except ConfigError as e:
         return fail(e)
 
 
-def _train(cfg, args) -> int:
+def _train(cfg, args, run_log=None) -> int:
     from lore.config import ConfigError
     from lore.train.checkpoint import CheckpointError
     from lore.train.trainer import Preempted, train
@@ -190,7 +205,8 @@ def _train(cfg, args) -> int:
     if isinstance(restored, int):
         return restored
     try:
-        summary = restored or train(cfg, args.run_dir, show_progress=False if args.no_progress else None)
+        summary = restored or train(cfg, args.run_dir, show_progress=False if args.no_progress else None,
+                                    run_log=run_log)
     except Preempted as e:
         print(f"lore: {e}", file=sys.stderr)
         return 143

@@ -1,10 +1,30 @@
 #!/usr/bin/env bash
 # One-shot setup on a fresh machine: a .venv with LoRe and its workflow/test extras, plus the
-# system packages the workflow needs (TeX Live, poppler, SLURM) when run as root.
+# system packages the workflow needs (TeX Live, poppler, SLURM) when run as root, unless --no-system.
 # torch is pinned to the CPU wheel through .ci/constraints.txt so no multi-GB CUDA build is pulled;
 # on a GPU cluster install with your own torch instead: pip install -e ".[workflow]".
 # Prints one line per step on stderr; pip's own output is kept to its errors.
 set -euo pipefail
+usage() {
+  cat <<'USAGE'
+usage: scripts/setup.sh [--no-system] [--help]
+
+Creates .venv (Python >= 3.10, or $PYTHON) with LoRe, its workflow and test extras, and torch's CPU wheel.
+As root it also installs the system packages the paper and the SLURM tests need (TeX Live, poppler,
+SLURM, munge: .ci/install-system.sh).
+
+  --no-system  skip the system packages: no TeX (run the workflow with --config paper=false), no SLURM
+  --help       print this and exit
+USAGE
+}
+SYSTEM=1
+for arg in "$@"; do
+  case "$arg" in
+    --no-system) SYSTEM=0 ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "setup: error: unknown option '$arg' (options: --no-system, --help)" >&2; exit 2 ;;
+  esac
+done
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 step() { echo "setup: $*" >&2; }
@@ -23,7 +43,9 @@ step "installing torch 2.13.0 (CPU wheel)"
 pip_install "torch==2.13.0"
 step "installing lore with its workflow and test extras (editable)"
 pip_install -e ".[workflow,test]"
-if [ "$(id -u)" -eq 0 ]; then
+if [ "$SYSTEM" -eq 0 ]; then
+  step "--no-system: no TeX Live, poppler or SLURM installed (run the workflow with --config paper=false)"
+elif [ "$(id -u)" -eq 0 ]; then
   step "installing system packages (TeX Live, poppler, SLURM) where missing"
   bash .ci/install-system.sh
 else

@@ -26,6 +26,18 @@ def _quiet_torch_threads():
 
 
 @pytest.fixture
+def one_thread_fixed_seed():
+    """One torch thread and torch's global generator seeded with 0 (network initialisation), so that a test's
+    values and the preconditions it asserts do not depend on which tests ran before it. A module opts in with
+    ``pytestmark = pytest.mark.usefixtures("one_thread_fixed_seed")``."""
+    import torch
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    yield
+
+
+@pytest.fixture
 def repo_root():
     return REPO
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from workflow_helpers import analysis_main, snapshot
+from workflow_helpers import HANG_GUARD_S, analysis_main, snapshot
 
 from lore.report.synthetic import write_grid
 
@@ -398,7 +398,7 @@ def test_sigkill_mid_write_keeps_previous_tables_and_the_next_run_clears_the_tem
     (scratch / "runs" / f"{ENV}/rl_only/seed0").rename(scratch / "rl_only_seed0")
     proc = subprocess.Popen([sys.executable, "-c", KILLED_AGGREGATE, *aggregate_args(scratch)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=Path(__file__).parents[1])
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + HANG_GUARD_S
     while not list((scratch / "out").glob(".runs.csv.*.tmp")) and time.monotonic() < deadline:
         assert proc.poll() is None, proc.stderr.read()
         time.sleep(0.05)

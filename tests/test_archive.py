@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from workflow_helpers import REPO, job_counts, run_snakemake
+from workflow_helpers import HANG_GUARD_S, REPO, job_counts, run_snakemake
 
 from lore import archive as ar
 from lore.archive.check import entry_dirs
@@ -231,7 +231,7 @@ def test_a_half_archived_grid_trains_only_the_other_half_and_compares_from_the_a
     decl = load_declaration("exp", root)
     runs = plan(decl, root)
     assert len(runs) == 9
-    proc = run_snakemake(root, "-n", "--config", "experiment=exp", timeout=180)
+    proc = run_snakemake(root, "-n", "--config", "experiment=exp", timeout=HANG_GUARD_S)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert _trained(job_counts(proc.stdout)) == 9
     assert "9 runs: 0 archived, 0 finished, 0 running, 9 missing" in proc.stderr
@@ -245,7 +245,7 @@ def test_a_half_archived_grid_trains_only_the_other_half_and_compares_from_the_a
     table = (root / RESULTS_DIR / "exp" / "comparison.csv").read_text()
     figure = (root / RESULTS_DIR / "exp" / "fig_success.png").read_bytes()
     shutil.rmtree(root / "results")
-    proc = run_snakemake(root, "-n", "--config", "experiment=exp", timeout=180)
+    proc = run_snakemake(root, "-n", "--config", "experiment=exp", timeout=HANG_GUARD_S)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert _trained(job_counts(proc.stdout)) == 3
     assert "9 runs: 6 archived, 0 finished, 0 running, 3 missing" in proc.stderr

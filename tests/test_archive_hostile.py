@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from workflow_helpers import REPO
+from workflow_helpers import HANG_GUARD_S, REPO
 
 from lore import archive as ar
 from lore.archive.files import entry_files
@@ -273,14 +273,14 @@ def test_a_second_archive_waits_for_the_first_and_both_finish(tmp_path, results)
         assert waiting.poll() is None and not any(archive.iterdir())
     finally:
         os.close(fd)
-    out, err = waiting.communicate(timeout=60)
+    out, err = waiting.communicate(timeout=HANG_GUARD_S)
     assert waiting.returncode == 0, err
     assert "2 run(s) archived" in out
     # two at once over the same runs: each run is archived once, neither fails
     for seed in range(2, 8):
         _synthetic(results / f"r{seed}", seed=seed)
     both = [_lore("archive", str(results), "--to", str(archive)) for _ in range(2)]
-    outs = [p.communicate(timeout=120) for p in both]
+    outs = [p.communicate(timeout=HANG_GUARD_S) for p in both]
     assert [p.returncode for p in both] == [0, 0], outs
     assert len(ar.check_archive(archive)) == 8 and not _temporaries(archive)
 
@@ -356,12 +356,12 @@ def test_sigterm_from_another_process_mid_write_leaves_nothing(tmp_path, results
     archive.mkdir()
     writer = subprocess.Popen([sys.executable, "-c", SLOW_WRITER, str(results / "r0"), str(archive)],
                               env={**os.environ, "PYTHONPATH": str(REPO)}, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 60
+    deadline = time.time() + HANG_GUARD_S
     while not any(p.is_file() for p in archive.rglob("*")) and time.time() < deadline:
         time.sleep(0.01)
     temporaries = _temporaries(archive)
     writer.send_signal(signal.SIGTERM)
-    _, err = writer.communicate(timeout=60)
+    _, err = writer.communicate(timeout=HANG_GUARD_S)
     assert temporaries and writer.returncode == 128 + signal.SIGTERM, err
     assert "Traceback" not in err and not _temporaries(archive) and not list(archive.rglob("seed*"))
 
@@ -375,11 +375,11 @@ def test_a_terminated_archive_command_leaves_only_whole_entries(tmp_path):
             fh.writelines(f"{i % 2000},{i % 2}\n" for i in range(150_000))
     archive = tmp_path / "runs"
     proc = _lore("archive", str(results), "--to", str(archive))
-    deadline = time.time() + 60
+    deadline = time.time() + HANG_GUARD_S
     while not _temporaries(archive) and not list(archive.rglob("seed*")) and time.time() < deadline:
         time.sleep(0.005)
     proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=HANG_GUARD_S)
     assert proc.returncode in (0, -signal.SIGTERM, 128 + signal.SIGTERM), err
     assert "Traceback" not in err and not _temporaries(archive)
     ar.check_archive(archive)  # every entry it wrote is whole

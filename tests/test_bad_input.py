@@ -21,6 +21,7 @@ import typing
 from pathlib import Path
 
 import pytest
+from workflow_helpers import HANG_GUARD_S
 
 from lore import cli
 from lore.config import RunConfig
@@ -568,7 +569,7 @@ def test_valid_input_reaches_the_trainer(sandbox, capsys):
 
 
 def _lore(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "lore.cli", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "lore.cli", *args], capture_output=True, text=True, timeout=HANG_GUARD_S)
 
 
 @pytest.mark.parametrize("kind", ["binary", "deep", "nan_lr", "seed_nan", "unknown_env"])

@@ -10,7 +10,7 @@ import re
 
 import pytest
 import yaml
-from workflow_helpers import CONFIG_DIR, REPO, job_counts, run_snakemake, write_config
+from workflow_helpers import CONFIG_DIR, HANG_GUARD_S, REPO, job_counts, run_snakemake, write_config
 
 from lore.grid.workflow import GridError, check_workflow_config
 
@@ -78,7 +78,7 @@ def test_invalid_grid_or_results_root_is_one_line_naming_the_key(change, message
 def test_snakemake_refuses_a_bad_results_root_before_any_job(tmp_path):
     configfile = write_config(tmp_path / "bad.yaml", results_root="results/my bench")
     workdir = tmp_path / "work"
-    proc = run_snakemake(workdir, "--cores", "1", configfile=configfile, timeout=120)
+    proc = run_snakemake(workdir, "--cores", "1", configfile=configfile, timeout=HANG_GUARD_S)
     assert proc.returncode != 0
     assert "invalid workflow config: results_root: expected a folder path" in proc.stdout + proc.stderr
     assert not (workdir / "results").exists()
@@ -95,9 +95,9 @@ def _planned_paths(dry_run_output: str) -> list[str]:
 
 
 def test_results_root_moves_every_output(tmp_path):
-    default = run_snakemake(tmp_path / "default", "-n", configfile=CONFIG_DIR / "test.yaml", timeout=120)
+    default = run_snakemake(tmp_path / "default", "-n", configfile=CONFIG_DIR / "test.yaml", timeout=HANG_GUARD_S)
     moved_config = write_config(tmp_path / "moved.yaml", results_root="elsewhere/test")
-    moved = run_snakemake(tmp_path / "moved", "-n", configfile=moved_config, timeout=120)
+    moved = run_snakemake(tmp_path / "moved", "-n", configfile=moved_config, timeout=HANG_GUARD_S)
     assert default.returncode == 0 and moved.returncode == 0, default.stderr[-2000:] + moved.stderr[-2000:]
     default_paths = _planned_paths(default.stdout)
     moved_paths = _planned_paths(moved.stdout)
@@ -110,7 +110,7 @@ def test_results_root_moves_every_output(tmp_path):
 
 
 def test_benchmark_dry_run_plans_the_grid_and_the_report(tmp_path):
-    proc = run_snakemake(tmp_path, "-n", configfile=BENCHMARK, timeout=120)
+    proc = run_snakemake(tmp_path, "-n", configfile=BENCHMARK, timeout=HANG_GUARD_S)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert job_counts(proc.stdout) == {"train": 30, "aggregate": 1, "figures": 1, "paper_macros": 1,
                                        "benchmark_report": 1, "all": 1, "total": 35}
@@ -121,7 +121,7 @@ def test_benchmark_dry_run_plans_the_grid_and_the_report(tmp_path):
 
 
 def test_benchmark_workflow_lint_is_clean(tmp_path):
-    proc = run_snakemake(tmp_path, "--lint", configfile=BENCHMARK, timeout=120)
+    proc = run_snakemake(tmp_path, "--lint", configfile=BENCHMARK, timeout=HANG_GUARD_S)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
 
 

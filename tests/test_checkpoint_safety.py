@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from workflow_helpers import HANG_GUARD_S
 
 from lore import cli
 from lore.train.checkpoint import (
@@ -345,7 +346,7 @@ SLOW_WRITER = textwrap.dedent("""
 def test_sigkill_mid_checkpoint_write_keeps_the_previous_loadable_and_the_next_start_cleans_up(run, capsys):
     old = (run / "checkpoint.pt").read_bytes()
     proc = subprocess.Popen([sys.executable, "-c", SLOW_WRITER, str(run / "checkpoint.pt")])
-    deadline = time.time() + 120
+    deadline = time.time() + HANG_GUARD_S
     while not any(p.stat().st_size > 0 for p in run.glob(".checkpoint.pt.*.tmp")) and time.time() < deadline:
         assert proc.poll() is None, "the writer ended before writing"
         time.sleep(0.01)

@@ -158,10 +158,10 @@ def test_yaml_alias_expansion_is_bounded_and_names_the_key(tmp_path):
 
     path = tmp_path / "bomb.yaml"
     path.write_text("train:\n  steps: 100\n" + _levels(10))
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: a busy machine does not make it grow
     with pytest.raises(ConfigError) as err:
         load_config(path)
-    assert time.perf_counter() - start < 2.0
+    assert time.process_time() - start < 2.0
     message = str(err.value)
     assert f"more than {MAX_YAML_VALUES:_} values once its aliases are expanded" in message
     assert message.split(": ")[1] == "l5" and len(message) < 300, message  # 9**6 > 100_000 >= 9**5

@@ -21,7 +21,7 @@ from lore.config import build_config, load_yaml, to_dict
 from lore.envs.crafter import crafter_score
 
 REPO = Path(__file__).resolve().parents[1]
-from workflow_helpers import job_counts  # noqa: E402
+from workflow_helpers import HANG_GUARD_S, job_counts  # noqa: E402
 
 CPU_CONFIG = REPO / "config" / "crafter_cpu.yaml"
 WORKFLOW_CONFIG = REPO / "config" / "crafter.yaml"
@@ -100,7 +100,7 @@ def test_the_crafter_workflow_plans_the_grid_and_the_achievements_figure(tmp_pat
     shutil.copy(CPU_CONFIG, work / "config")  # run_config is relative to the working directory
     proc = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(work),
                            "--configfile", str(WORKFLOW_CONFIG), "-n", "-p"], capture_output=True, text=True,
-                          timeout=300)
+                          timeout=HANG_GUARD_S)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     root = "results/crafter"  # a config other than the main one writes under results/<its name>

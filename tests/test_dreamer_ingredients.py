@@ -61,15 +61,7 @@ from lore.method.terms import masked_prior_kl
 from lore.presets import PRESETS
 
 OBS_DIM, A = 6, 3
-
-
-@pytest.fixture(autouse=True)
-def _one_thread_fixed_seed():
-    # every test seeds the global generator (network initialisation), so that its values and the
-    # preconditions it asserts do not depend on which tests ran before it
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    yield
+pytestmark = pytest.mark.usefixtures("one_thread_fixed_seed")
 
 
 def make_cfg(*overrides):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from workflow_helpers import REPO, job_env
+from workflow_helpers import HANG_GUARD_S, REPO, job_env
 
 from lore import archive as ar
 from lore.archive import files as archive_files
@@ -202,7 +202,7 @@ def test_a_trial_writes_nothing_under_docs_or_runs(tmp_path):
     _git(root, "add", "-A")
     _git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "declare")
     proc = subprocess.run([sys.executable, "-m", "lore.cli", "experiments", "try", "trial", "--cores", "2"],
-                          cwd=root, capture_output=True, text=True, timeout=1800, env=job_env())
+                          cwd=root, capture_output=True, text=True, timeout=HANG_GUARD_S, env=job_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert _git(root, "status", "--porcelain") == ""  # nothing under docs/ or runs/, nothing tracked touched
     verdict = json.loads((root / "results" / "experiments" / "trial" / "trial" / "verdict.json").read_text())
@@ -215,14 +215,15 @@ def test_a_trial_writes_nothing_under_docs_or_runs(tmp_path):
 # --------------------------------------------------------------------------- the README's rebuild, fresh clone
 
 
+@pytest.mark.slow  # a clone and the benchmark's 30 runs restored through Snakemake: minutes
 def test_the_figure_1_command_rebuilds_from_a_fresh_clone_without_training(tmp_path):
     if not (REPO / ".git").exists():
         pytest.skip("not a git checkout: there is no commit to clone")
     clone = tmp_path / "clone"
-    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True, timeout=600)
+    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True, timeout=HANG_GUARD_S)
     # the README's command, run from the clone's root with this venv's snakemake and the clone's code
     cmd = [str(Path(sys.executable).parent / "snakemake"), "--cores", "2", "--configfile", "config/benchmark.yaml"]
-    proc = subprocess.run(cmd, cwd=clone, capture_output=True, text=True, timeout=3000,
+    proc = subprocess.run(cmd, cwd=clone, capture_output=True, text=True, timeout=HANG_GUARD_S,
                           env=job_env({"PYTHONPATH": str(clone)}))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert _git(clone, "status", "--porcelain") == ""

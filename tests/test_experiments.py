@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from workflow_helpers import REPO, job_counts, run_snakemake
+from workflow_helpers import HANG_GUARD_S, REPO, job_counts, run_snakemake
 
 from lore.archive import run_key
 from lore.experiments.compare import (
@@ -146,12 +146,12 @@ def test_the_dry_run_trains_only_the_missing_runs_and_shares_runs_between_experi
     a = {(r.arm, r.seed): r for r in plan(load_declaration("exp_a", root), root)}
     _finish(a[("rl_only", 0)], root / "results" / "runs" / "somewhere" / "seed0", root)
     _finish(a[("full_half", 1)], a[("full_half", 1)].default_dir(root), root)
-    proc = run_snakemake(root, "-n", "--config", "experiment=exp_a", timeout=180)
+    proc = run_snakemake(root, "-n", "--config", "experiment=exp_a", timeout=HANG_GUARD_S)
     assert proc.returncode == 0, proc.stderr[-3000:]
     counts = job_counts(proc.stdout)
     assert trained(counts) == 2 and counts["experiment_compare"] == 1 and counts["experiment_log"] == 1
     assert "train" not in counts  # the main grid is not run
-    both = run_snakemake(root, "-n", "--config", "experiment=exp_a,exp_b", timeout=180)
+    both = run_snakemake(root, "-n", "--config", "experiment=exp_a,exp_b", timeout=HANG_GUARD_S)
     assert both.returncode == 0, both.stderr[-3000:]
     # exp_b: 2 full_quarter + its rl_only, which is exp_a's (seed 0 done, seed 1 planned once for both)
     assert trained(job_counts(both.stdout)) == 2 + 2
@@ -364,7 +364,7 @@ BAD = [
 
 def _check(root: Path, name: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "lore.experiments.cli", "check", name], cwd=root,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=HANG_GUARD_S)
 
 
 @pytest.mark.parametrize(("case", "change", "key", "needle"), BAD, ids=[b[0] for b in BAD])
@@ -396,7 +396,7 @@ def test_malformed_declaration_yaml_is_one_line(tmp_path, text, needle):
 def test_the_workflow_refuses_a_bad_or_unknown_experiment_before_any_job(tmp_path):
     root = _workdir(tmp_path, {"exp": _decl(arms={"x": {"ablation": "nope"}})})
     for name, needle in (("exp", "config/experiments/exp.yaml: arms.x.ablation: unknown arm 'nope'"), ("missing", "experiment 'missing': no file")):
-        proc = run_snakemake(root, "--cores", "1", "--config", f"experiment={name}", timeout=180)
+        proc = run_snakemake(root, "--cores", "1", "--config", f"experiment={name}", timeout=HANG_GUARD_S)
         assert proc.returncode != 0
         assert f"invalid experiment: {needle}" in proc.stdout + proc.stderr, proc.stderr[-2000:]
     assert not (root / "results").exists()
@@ -447,7 +447,7 @@ def _record(root: Path, name: str = "exp", verdict: str = "adopt", commit: str |
 
 def _experiments(root: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "lore.experiments.cli", *args], cwd=root,
-                          capture_output=True, text=True, timeout=120,
+                          capture_output=True, text=True, timeout=HANG_GUARD_S,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
@@ -519,10 +519,10 @@ def test_selecting_a_decided_experiment_is_refused_and_all_leaves_it_out(tmp_pat
 def test_the_workflow_refuses_a_decided_experiment_and_runs_nothing_when_all_are_decided(tmp_path):
     root = _workdir(tmp_path, {"exp": _decl()})
     _record(root)
-    proc = run_snakemake(root, "-n", "--config", "experiment=exp", timeout=180)
+    proc = run_snakemake(root, "-n", "--config", "experiment=exp", timeout=HANG_GUARD_S)
     assert proc.returncode != 0
     assert DECIDED.removeprefix("lore: error: ") in proc.stdout + proc.stderr, proc.stderr[-2000:]
-    proc = run_snakemake(root, "-n", "--config", "experiment=all", timeout=180)
+    proc = run_snakemake(root, "-n", "--config", "experiment=all", timeout=HANG_GUARD_S)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "leaves out the decided exp" in proc.stderr
     assert set(job_counts(proc.stdout)) <= {"all", "total"}  # neither the experiment's grid nor the main grid

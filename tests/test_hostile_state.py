@@ -21,7 +21,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).parent))
 from gemini_stub import GeminiStub  # noqa: E402
-from workflow_helpers import REPO, snapshot  # noqa: E402
+from workflow_helpers import HANG_GUARD_S, REPO, snapshot  # noqa: E402
 
 from lore.config import ConfigError, build_config  # noqa: E402
 from lore.llm.backends import BackendResponse, GeminiBackend, LLMConfigError, ReplayBackend  # noqa: E402
@@ -433,7 +433,7 @@ def declaration(**changes) -> dict:
 
 def experiments_cli(root: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "lore.experiments.cli", *args], cwd=root,
-                          capture_output=True, text=True, timeout=120,
+                          capture_output=True, text=True, timeout=HANG_GUARD_S,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
@@ -660,7 +660,7 @@ def status_result(tmp_path_factory):
     root.mkdir()
     cases = _status_tree(root)
     proc = subprocess.run([sys.executable, "-m", "lore.cli", "status", str(results), "--json"],
-                          capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)})
+                          capture_output=True, text=True, timeout=HANG_GUARD_S, env={**os.environ, "PYTHONPATH": str(REPO)})
     return cases, proc
 
 

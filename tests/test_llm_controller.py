@@ -246,7 +246,7 @@ def test_calls_do_not_block_the_env_loop():
     start = time.perf_counter()
     ctl.maybe_request(0, [EnvQuery(0, key, env.describe, env.state_snapshot, 1.0, True, 0.0)])
     elapsed = time.perf_counter() - start
-    assert elapsed < 0.02, f"maybe_request blocked for {elapsed * 1000:.1f} ms"
+    assert elapsed < 0.25, f"maybe_request blocked for {elapsed * 1000:.1f} ms"  # waiting would cost 500 ms
     assert ctl.counters()["llm_inflight"] == 1
     assert ctl.current(0, key, 0) is None  # not there yet
     time.sleep(0.7)

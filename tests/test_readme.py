@@ -10,7 +10,7 @@ import sys
 
 import pytest
 import yaml
-from workflow_helpers import CONFIG_DIR, REPO, job_counts, run_snakemake
+from workflow_helpers import CONFIG_DIR, HANG_GUARD_S, REPO, job_counts, run_snakemake
 
 from lore.paper import readme as rd
 
@@ -40,12 +40,18 @@ def test_ci_runs_exactly_the_readmes_test_command():
     assert test_command in ci
 
 
+def test_the_quick_start_comes_first_and_needs_no_system_packages_nor_tex():
+    quick = next(c for c in _commands(README.read_text()) if "snakemake" in c and "setup.sh" in c)
+    assert "./scripts/setup.sh --no-system &&" in quick and "--config paper=false" in quick
+    assert README.read_text().index("## Quick start") < README.read_text().index("## Install and run")
+
+
 def test_the_readmes_main_job_command_plans_the_main_job(tmp_path):
-    command = next(c for c in _commands(README.read_text()) if "snakemake" in c and "setup.sh" in c)
+    command = next(c for c in _commands(README.read_text()) if "snakemake" in c and "setup.sh" in c and "--profile" in c)
     args = shlex.split(command.split("&&", 1)[1])[1:]  # after `.venv/bin/snakemake`
     assert "--configfile" not in args  # the default config
     args = [a if a != "workflow/profiles/default" else str(REPO / a) for a in args]
-    proc = run_snakemake(tmp_path, "-n", *args, configfile=CONFIG_DIR / "config.yaml", timeout=180)
+    proc = run_snakemake(tmp_path, "-n", *args, configfile=CONFIG_DIR / "config.yaml", timeout=HANG_GUARD_S)
     assert proc.returncode == 0, proc.stderr[-2000:]
     config = yaml.safe_load((CONFIG_DIR / "config.yaml").read_text())
     runs = len(config["envs"]) * len(config["ablations"]) * len(config["seeds"])
@@ -79,7 +85,7 @@ def test_the_headline_refuses_a_summary_without_its_columns(tmp_path):
     bad = tmp_path / "summary.csv"
     bad.write_text("env,arm\nx,full\n")
     proc = subprocess.run([sys.executable, "-m", "lore.paper.readme", "--summary", str(bad), "--readme",
-                           str(README), "--check"], capture_output=True, text=True, timeout=60)
+                           str(README), "--check"], capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert proc.returncode == 2 and "auc_mean" in proc.stderr and "\n" not in proc.stderr.strip()
 
 

@@ -19,6 +19,7 @@ import pytest
 import yaml
 from workflow_helpers import (
     CONF_MARKER,
+    HANG_GUARD_S,
     REPO,
     URGENT_PARTITION,
     SlurmCluster,
@@ -84,7 +85,7 @@ def test_test_config_runs_through_the_slurm_profile(slurm_cluster, tmp_path):
     proc = run_snakemake(
         workdir, "--profile", str(PROFILE), "--jobs", "4", "--latency-wait", "5",
         "--slurm-init-seconds-before-status-checks", "2", "--slurm-keep-successful-logs",
-        configfile=configfile, timeout=2400, env=slurm_cluster.env,
+        configfile=configfile, timeout=HANG_GUARD_S, env=slurm_cluster.env,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     output = proc.stdout + proc.stderr
@@ -210,28 +211,28 @@ def test_a_preempted_training_job_resumes_from_its_checkpoint(slurm_cluster, tmp
     try:
         # --- 1. PreemptMode=REQUEUE: requeued under the same job id, resumes when it restarts
         job_id = wait(lambda: next((j for j, s in _train_jobs(env, before, config["envs"][0]).items()
-                                    if s == "RUNNING"), None), 300, "the training job to run")
-        wait(lambda: _checkpoint_step(run_dir) >= 100, 300, "a checkpoint at env step >= 100")
+                                    if s == "RUNNING"), None), HANG_GUARD_S, "the training job to run")
+        wait(lambda: _checkpoint_step(run_dir) >= 100, HANG_GUARD_S, "a checkpoint at env step >= 100")
         config_stamp = (run_dir / "config.yaml").stat().st_mtime_ns  # a fresh start would rewrite it
         step_before = _checkpoint_step(run_dir)
         _preempt(env)
-        wait(lambda: _train_jobs(env, before).get(job_id) == "PENDING", 120, "the preempted job to be requeued")
+        wait(lambda: _train_jobs(env, before).get(job_id) == "PENDING", HANG_GUARD_S, "the preempted job to be requeued")
         assert "Restarts=1" in _slurm("scontrol", "show", "job", job_id, env=env)
-        first = int(wait(lambda: RESUMED.findall(log_text()), 400, "the requeued job to resume")[0])
+        first = int(wait(lambda: RESUMED.findall(log_text()), HANG_GUARD_S, "the requeued job to resume")[0])
         assert first >= step_before > 0, (first, step_before)
         interrupted = [int(s) for s in INTERRUPTED.findall(log_text())]
         assert interrupted and interrupted[0] == first, "lore train did not checkpoint on SLURM's SIGTERM"
 
         # --- 2. PreemptMode=CANCEL: the job ends PREEMPTED; Snakemake resubmits it as a new job
         _slurm("scontrol", "update", f"PartitionName={_default_partition(env)}", "PreemptMode=CANCEL", env=env)
-        wait(lambda: _checkpoint_step(run_dir) > first, 300, "a checkpoint after the first resume")
+        wait(lambda: _checkpoint_step(run_dir) > first, HANG_GUARD_S, "a checkpoint after the first resume")
         step_before_second = _checkpoint_step(run_dir)
         _preempt(env)
-        wait(lambda: _train_jobs(env, before).get(job_id) == "PREEMPTED", 120, "the job to be preempted")
-        second = wait(lambda: RESUMED.findall(log_text())[1:], 600, "the resubmitted job to resume")
+        wait(lambda: _train_jobs(env, before).get(job_id) == "PREEMPTED", HANG_GUARD_S, "the job to be preempted")
+        second = wait(lambda: RESUMED.findall(log_text())[1:], HANG_GUARD_S, "the resubmitted job to resume")
         second = int(second[0])
         assert second >= step_before_second > first, (first, step_before_second, second)
-        assert proc.wait(timeout=900) == 0, snakemake_log.read_text()[-5000:]
+        assert proc.wait(timeout=HANG_GUARD_S) == 0, snakemake_log.read_text()[-5000:]
     finally:
         subprocess.run(["scontrol", "update", f"PartitionName={_default_partition(env)}", "PreemptMode=REQUEUE"],
                        env=env, capture_output=True)

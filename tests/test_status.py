@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 from test_train import TINY
+from workflow_helpers import HANG_GUARD_S
 
 from lore.cli import main as lore_main
 from lore.grid.status import read_csv_rows, workflow_lines
@@ -294,7 +295,7 @@ def test_train_log_is_plain_text_and_the_finished_run_reports_itself(tmp_path, c
         proc = subprocess.run([sys.executable, "-m", "lore.cli", "train", "--run-dir", str(run), "--ablation",
                                "rl_only", "--finished-line", str(finished), *[a for s in TINY for a in ("--set", s)],
                                "--set", "train.progress=true"],
-                              stdout=fh, stderr=subprocess.STDOUT, timeout=300, env={**os.environ})
+                              stdout=fh, stderr=subprocess.STDOUT, timeout=HANG_GUARD_S, env={**os.environ})
     text = log.read_bytes()
     assert proc.returncode == 0, text[-2000:]
     assert b"\x1b" not in text and b"\r" not in text

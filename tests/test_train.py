@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from workflow_helpers import HANG_GUARD_S
 
 from lore.config import build_config
 from lore.train.checkpoint import load_checkpoint
@@ -28,7 +29,7 @@ def tiny_cfg(*extra, ablation="rl_only"):
     return build_config(overrides=TINY + list(extra), ablation=ablation)
 
 
-def lore_cli(*args, timeout=300, env=None):
+def lore_cli(*args, timeout=HANG_GUARD_S, env=None):
     return subprocess.run([sys.executable, "-m", "lore.cli", *args], capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, **(env or {})})
 
@@ -102,12 +103,12 @@ def test_sigterm_writes_a_loadable_checkpoint_and_exits_143(tmp_path):
     args += ["--set", "train.steps=100000", "--set", "train.log_every=20"]
     proc = subprocess.Popen([sys.executable, "-m", "lore.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
-    deadline = time.time() + 240
+    deadline = time.time() + HANG_GUARD_S
     while not (run / "metrics.csv").exists() and time.time() < deadline and proc.poll() is None:
         time.sleep(0.2)
     assert proc.poll() is None, proc.stderr.read()
     proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=120)
+    _, err = proc.communicate(timeout=HANG_GUARD_S)
     assert proc.returncode == 143, err
     assert "checkpoint written" in err
     payload = load_checkpoint(run / "checkpoint.pt")

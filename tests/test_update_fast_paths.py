@@ -18,13 +18,7 @@ from lore.dreamer.math import one_hot_float, straight_through
 from lore.method import LoReAgent
 
 OBS_DIM, A = 6, 3
-
-
-@pytest.fixture(autouse=True)
-def _one_thread_fixed_seed():
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    yield
+pytestmark = pytest.mark.usefixtures("one_thread_fixed_seed")
 
 
 def make_agent(*overrides) -> DreamerAgent:

@@ -20,6 +20,10 @@ from pathlib import Path
 
 import yaml
 
+HANG_GUARD_S = 1800
+"""Wall-clock limit of a subprocess or a wait in the tests: a guard against a hang, never a speed check (a loaded
+2-core machine runs a job many times slower than an idle one). pytest-timeout's per-test limit is the same."""
+
 REPO = Path(__file__).resolve().parents[1]
 SNAKEFILE = REPO / "Snakefile"
 CONFIG_DIR = REPO / "config"
@@ -52,11 +56,37 @@ def job_env(extra: dict | None = None) -> dict:
     return env
 
 
-def run_snakemake(workdir: Path, *args: str, configfile: Path | None = None, timeout: float = 600,
+def run_snakemake(workdir: Path, *args: str, configfile: Path | None = None, timeout: float = HANG_GUARD_S,
                   env: dict | None = None) -> subprocess.CompletedProcess:
     workdir.mkdir(parents=True, exist_ok=True)
     return subprocess.run(snakemake_cmd(workdir, *args, configfile=configfile), capture_output=True, text=True,
                           timeout=timeout, env=job_env(env))
+
+
+def child_cpu_s() -> float:
+    """CPU seconds used so far by the finished child processes of this one (what a speed check may compare:
+    unlike wall time, it does not grow when the machine is busy)."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def path_without(programs: tuple[str, ...], shadow: Path) -> str:
+    """``PATH`` with ``programs`` hidden: each folder that holds one is replaced by ``shadow/<n>``, a folder of
+    links to everything else in it (e.g. a machine without TeX: ``path_without(("pdflatex", "latexmk"), ...)``)."""
+    folders = []
+    for i, folder in enumerate(job_env()["PATH"].split(os.pathsep)):
+        if not folder or not any((Path(folder) / name).exists() for name in programs):
+            folders.append(folder)
+            continue
+        copy = shadow / str(i)
+        copy.mkdir(parents=True, exist_ok=True)
+        for entry in Path(folder).iterdir():
+            if entry.name not in programs and not (copy / entry.name).exists():
+                (copy / entry.name).symlink_to(entry)
+        folders.append(str(copy))
+    return os.pathsep.join(folders)
 
 
 def write_config(path: Path, base: str = "test.yaml", **changes) -> Path:

@@ -56,6 +56,7 @@ from lore.train.run_dir import (
     resolve_device,
     resumable_checkpoint,
 )
+from lore.train.run_log import RunLog, log_only, terminal
 from lore.utils.io import (
     UnsafeFileError,
     atomic_write_text,
@@ -176,8 +177,10 @@ class Trainer:
         self.pending: list[dict | None] = [None] * self.num_envs
 
     # ------------------------------------------------------------------ public entry points
-    def run(self, payload: dict | None = None) -> dict:
-        """Train to the end; resume from ``payload`` (by default the run's checkpoint, if any)."""
+    def run(self, payload: dict | None = None, run_log: RunLog | None = None) -> dict:
+        """Train to the end; resume from ``payload`` (by default the run's checkpoint, if any). ``run_log`` starts
+        writing the run's ``train.log`` once the run has started or its checkpoint is restored (a refused
+        checkpoint leaves the run directory as it was)."""
         ckpt = self.run_dir / CHECKPOINT
         resumed = ckpt.exists()
         if resumed:
@@ -186,6 +189,8 @@ class Trainer:
         else:
             save_config(self.cfg, self.run_dir / "config.yaml")
             self._start_episodes()
+        if run_log is not None:
+            run_log.attach(self.run_dir)
         version = code_version()
         if not self.code_versions or self.code_versions[-1] != version:
             self.code_versions.append(version)
@@ -355,8 +360,11 @@ class Trainer:
                              prefill=self.cfg.train.prefill)
         self.eta_text = format_duration(eta_seconds(self.env_step, self.cfg.train.steps, rate), unknown="—")
         line = status_line(self.cfg, self.env_step, rate, self.latest_eval_sr)
-        if not self.show_progress and line != self._last_status:  # batch jobs: a line per log interval, no bar
-            print(line, file=sys.stderr, flush=True)
+        if line != self._last_status:  # batch jobs: a line per log interval, no bar; train.log gets it either way
+            if self.show_progress:
+                log_only(line)
+            else:
+                print(line, file=sys.stderr, flush=True)
             self._last_status = line
         self.train_metrics.clear()
         self.act_metrics.clear()
@@ -369,6 +377,7 @@ class Trainer:
 
         # tqdm's own time left extrapolates the fast prefill steps; the postfix's eta is the training rate's
         return tqdm(total=self.cfg.train.steps, initial=self.env_step, unit="step", dynamic_ncols=True,
+                    file=terminal(sys.stderr),
                     desc=f"{self.cfg.env.name} {self.cfg.ablation} s{self.cfg.seed}", mininterval=1.0,
                     bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]")
 
@@ -518,8 +527,12 @@ def with_endpoint(cfg: RunConfig) -> RunConfig:
     return dataclasses.replace(cfg, llm=dataclasses.replace(cfg.llm, base_url=url))
 
 
-def train(cfg: RunConfig, run_dir: str | Path, show_progress: bool | None = None) -> dict:
-    """Train (or resume, or no-op when complete) one run; returns the summary written to ``done``."""
+def train(cfg: RunConfig, run_dir: str | Path, show_progress: bool | None = None,
+          run_log: RunLog | None = None) -> dict:
+    """Train (or resume, or no-op when complete) one run; returns the summary written to ``done``.
+
+    ``run_log`` starts appending what the process prints to the run's ``train.log`` once the run has started
+    or resumed."""
     from lore.utils.io import DirectoryLocked, exclusive_dir_lock
 
     run_dir = Path(run_dir)
@@ -539,7 +552,7 @@ def train(cfg: RunConfig, run_dir: str | Path, show_progress: bool | None = None
             if cfg.train.torch_threads > 0:
                 torch.set_num_threads(cfg.train.torch_threads)
             trainer = Trainer(cfg, run_dir, show_progress=show_progress)
-            return trainer.run(payload)
+            return trainer.run(payload, run_log)
     except DirectoryLocked as e:
         raise ConfigError(f"run directory {e}") from None
     except UnsafeFileError as e:

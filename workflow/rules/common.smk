@@ -207,10 +207,17 @@ def all_targets():
 # ---------------------------------------------------------------- the console at the end
 def outputs_lines():
     """Where the outputs are, and the command that builds the HTML report of this run."""
-    configfiles = "".join(f" --configfile {path}" for path in workflow.overwrite_configfiles or [])
-    places = [("paper", PAPER_PDF), ("figures", FIGURES_DIR), ("tables", TABLES)]
+    configfiles = "".join(f" --configfile {shown_path(path)}" for path in workflow.overwrite_configfiles or [])
+    no_paper = "" if config.get("paper", True) else " --config paper=false"
+    places = [("paper", PAPER_PDF), ("figures", FIGURES_DIR), ("tables", TABLES), ("runs", runs_root(config))]
     lines = [f"  {label:8s} {path}" for label, path in places if os.path.exists(path)]
-    return lines + [f"  report   snakemake --report {RESULTS}/report.html{configfiles}"]
+    return lines + [f"  report   snakemake --report {RESULTS}/report.html{configfiles}{no_paper}"]
+
+
+def shown_path(path):
+    """``path`` relative to the working directory when it lies below it (as a user would type it)."""
+    relative = os.path.relpath(path)
+    return path if relative.startswith("..") else relative
 
 
 # ---------------------------------------------------------------- declared experiments

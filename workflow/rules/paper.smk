@@ -36,7 +36,8 @@ rule paper:
         figures=[f"{FIGURES_DIR}/{name}.pdf" for name in FIGURE_NAMES],
         code=analysis_code("paper"),
     output:
-        report(PAPER_PDF, category="Paper", caption="../report/paper.rst"),
+        # in the HTML report only once built: `snakemake --report` works after a run without the paper
+        report(PAPER_PDF, category="Paper", caption="../report/paper.rst") if os.path.exists(PAPER_PDF) else PAPER_PDF,
     log:
         f"{LOGS}/paper.log",
     params:

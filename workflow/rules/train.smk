@@ -38,7 +38,8 @@ rule train:
     conda:
         "../envs/lore.yaml"
     shell:
-        # The output of every attempt is appended to <run_dir>/train.log, and {log} links to it:
+        # The output of every attempt is appended to <run_dir>/train.log (`lore train`, which writes that file
+        # itself when run directly, sees the redirect and does not copy its lines again), and {log} links to it:
         # Snakemake deletes a job's log file before each attempt, so the history of a resumed run
         # (where it was interrupted, where it resumed) would otherwise be lost. `exec` makes `lore
         # train` the job's process itself: a SIGTERM (preemption, time limit, scancel) reaches it while
