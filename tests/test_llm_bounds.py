@@ -93,7 +93,8 @@ def test_a_trickled_or_withheld_answer_ends_by_the_deadline(server, fault):
     b = backend(name, stub.base_url, retries=2)
     stub.push(fault)
     error, seconds = failed_call(b)
-    assert error.kind == "timeout" and error.attempts == len(stub.requests) == 1
+    # one attempt; on a loaded machine the deadline may pass before the stub's thread reads the request
+    assert error.kind == "timeout" and error.attempts == 1 and len(stub.requests) <= 1
     assert TIMEOUT_S * 0.9 <= seconds <= call_budget_s(TIMEOUT_S, 2) + CALL_SLACK_S
     assert b.complete(request()).attempts == 1  # the next call is answered
 
@@ -156,10 +157,12 @@ def test_a_retry_after_of_an_hour_is_honoured_up_to_its_cap(server):
 @pytest.mark.parametrize("name", ["openai", "gemini"])
 def test_a_closed_port_with_the_most_retries_ends_by_the_deadline(name, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY" if name == "openai" else "GEMINI_API_KEY", KEYS[name])
-    b = backend(name, closed_port_url() + "/v1", timeout_s=0.2, retries=MAX_LLM_RETRIES, backoff_s=0.5)
+    # refusals are instant, so a 0.5 s per-attempt timeout (a 5.5 s deadline) leaves room for several attempts
+    # even on a loaded machine; the backoff doubles from 0.05 s until the deadline stops the retries
+    b = backend(name, closed_port_url() + "/v1", timeout_s=0.5, retries=MAX_LLM_RETRIES, backoff_s=0.05)
     error, seconds = failed_call(b)
     assert error.kind == "connection_error" and error.attempts >= 2
-    assert seconds <= call_budget_s(0.2, MAX_LLM_RETRIES) + CALL_SLACK_S
+    assert seconds <= call_budget_s(0.5, MAX_LLM_RETRIES) + CALL_SLACK_S
 
 
 # --------------------------------------------------------------------------- through the controller

@@ -82,16 +82,15 @@ def test_a_call_that_fails_while_the_run_ends_is_counted_before_the_final_row(tm
 
 
 def test_final_metrics_row_agrees_with_the_ledger_when_a_call_is_in_flight(tmp_path):
-    """A whole run whose last LLM call cannot answer before the run ends (60 s latency against a few seconds of
-    training; at 10 s a machine loaded with training runs finished its calls first and none was left in flight):
-    the final metrics.csv row counts it, as the ledger does."""
+    """A whole run whose last LLM call cannot answer before the run ends (an hour's latency and a deadline far
+    beyond the run, however slow the machine): the final metrics.csv row counts it, as the ledger does."""
     from lore.train.trainer import train
 
     cfg = build_config(overrides=[
         "env.name=MiniGrid-Empty-5x5-v0", "model.preset=debug", "train.steps=160", "train.prefill=40",
         "train.batch_size=4", "train.batch_length=8", "train.train_ratio=16", "eval.every=160",
         "eval.episodes=1", "train.log_every=40", "train.checkpoint_every=10000", "train.tensorboard=false",
-        "train.progress=false", "llm.cache_path=null", "llm.simulated_latency_ms=60000",
+        "train.progress=false", "llm.cache_path=null", "llm.simulated_latency_ms=3600000", "llm.timeout_s=600",
         "llm.controller.cooldown=0", "llm.controller.trigger_beta=0.0",
     ], ablation="prior_only")
     run = tmp_path / "run"
