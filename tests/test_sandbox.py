@@ -525,7 +525,7 @@ def test_nothing_runs_when_the_module_body_runs(sandbox):
         assert error and error.startswith("rejected: ") and "module body runs" in error, (name, error)
         start = time.monotonic()
         assert sandbox.run(code, {}).error.startswith("rejected"), name
-        assert time.monotonic() - start < 0.5, name
+        assert time.monotonic() - start < SLACK, name  # the body (seconds of work) never ran
     ordinary = ("KEY: int = 5\n\n"
                 "def compute_features(obs: dict, scale: float = 1.0, axes=(0, 1), *, key: int | None = KEY,\n"
                 "                     eps=-1e-6) -> dict[str, float] | list[float]:\n"
@@ -542,9 +542,7 @@ def test_code_that_keeps_failing_is_disabled():
         for _ in range(3):
             assert sb.run(looping, {}).error.startswith("timeout")
         assert sb.is_disabled(looping) and list(sb.disabled_codes()) == [code_id(looping)]
-        start = time.monotonic()
-        results = sb.run_batch(looping, [{}, {}])
-        assert time.monotonic() - start < 0.1  # no longer pays its timeout
+        results = sb.run_batch(looping, [{}, {}])  # no longer pays its timeout: the counters below say so
         assert all(r.error.startswith("disabled: feature code failed 3 calls in a row (last: timeout")
                    for r in results)
         np.testing.assert_array_equal(results[0].features, np.zeros(N, np.float32))
@@ -586,10 +584,10 @@ def test_llm_bridge_drops_disabled_feature_code():
         for step in range(2):
             assert bridge.inputs(step)["features_mask"][0] == 0.0
         assert bridge.feature_code is None and bridge.dropped_feature_codes == {code_id(looping)}
-        start = time.monotonic()
+        before = sb.counters()
         assert bridge.inputs(2)["features_mask"][0] == 0.0
         assert bridge.feature_code is None  # the same code offered again is not re-adopted
-        assert time.monotonic() - start < 0.1
+        assert sb.counters() == before  # nor run: no call, no timeout paid
         assert bridge.metrics()["feature_programs_dropped"] == 1.0
         assert bridge.state_dict()["dropped_feature_codes"] == [code_id(looping)]
 
