@@ -44,7 +44,7 @@ from lore.train.trainer import with_endpoint  # noqa: E402
 
 KEYS = {"openai": "sk-TEST-bounds-secret-0123456789", "gemini": "AIzaTEST-bounds-secret-0123456789"}
 ACTIONS = ["left", "right", "forward", "pickup", "drop", "toggle", "done"]
-TIMEOUT_S = 0.5
+TIMEOUT_S = 1.5
 
 
 @pytest.fixture(autouse=True)
