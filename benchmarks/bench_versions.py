@@ -107,6 +107,12 @@ def update_worker(ablation: str, env: str, steps: int, seed: int, extra: list[st
         print(json.dumps({"ms": 1000.0 * (time.process_time() - start) / updates}), flush=True)
 
 
+def set_args(args, name: str) -> list[str]:
+    """The ``--set`` arguments of tree ``name``'s workers: ``--set`` for both trees, ``--new-set`` for "new" only."""
+    sets = [*args.extra, *(args.new_extra if name == "new" else [])]
+    return [x for s in sets for x in ("--set", s)]
+
+
 def update_rounds(trees: dict[str, str], ablation: str, args) -> dict[str, list[float]]:
     """CPU ms per update of each tree's ``ablation``, one entry per round, the trees taking turns."""
     procs = {}
@@ -114,7 +120,7 @@ def update_rounds(trees: dict[str, str], ablation: str, args) -> dict[str, list[
         env = {**os.environ, "PYTHONPATH": str(Path(tree).resolve()), "OMP_NUM_THREADS": "1"}
         cmd = [sys.executable, __file__, tree, tree, "--worker", ablation, "--env", args.env, "--steps",
                str(args.steps), "--seed", str(args.seed), "--rounds", str(args.rounds), "--updates",
-               str(args.updates), *[x for s in args.extra for x in ("--set", s)]]
+               str(args.updates), *set_args(args, name)]
         procs[name] = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                        stderr=subprocess.DEVNULL, text=True)
     for proc in procs.values():
@@ -122,10 +128,10 @@ def update_rounds(trees: dict[str, str], ablation: str, args) -> dict[str, list[
     return take_turns(procs, args.rounds, "ms")
 
 
-def one_run(tree: str, ablation: str, args) -> dict:
+def one_run(name: str, tree: str, ablation: str, args) -> dict:
     env = {**os.environ, "PYTHONPATH": str(Path(tree).resolve()), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, __file__, tree, tree, "--worker", ablation, "--env", args.env, "--steps", str(args.steps),
-           "--seed", str(args.seed), *[x for s in args.extra for x in ("--set", s)]]
+           "--seed", str(args.seed), *set_args(args, name)]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise SystemExit(f"run of {ablation} at {tree} failed:\n{out.stderr[-3000:]}")
@@ -145,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--set", dest="extra", action="append", default=[], help="extra config override")
+    parser.add_argument("--new-set", dest="new_extra", action="append", default=[],
+                        help="config override of the new tree's runs only (a maths change measured against the base)")
     parser.add_argument("--rounds", type=int, default=0, help="time updates only, in this many rounds")
     parser.add_argument("--updates", type=int, default=10, help="updates per round (with --rounds)")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
@@ -171,11 +179,13 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(args.repeats):
         for ablation in args.ablations:
             for name, tree in trees.items():
-                r = one_run(tree, ablation, args)
+                r = one_run(name, tree, ablation, args)
                 results.setdefault((name, ablation), []).append(r)
                 print(f"{name:>4} {ablation:>8}: {r['run_s']:7.1f} s CPU, {r['update_ms']:6.1f} ms CPU per update "
                       f"({r['updates']} updates)", file=sys.stderr, flush=True)
     med = {k: {m: statistics.median(r[m] for r in v) for m in ("run_s", "update_ms")} for k, v in results.items()}
+    if args.new_extra:
+        print(f"\nnew tree with {' '.join(args.new_extra)}", end="")
     print(f"\n{args.env}, benchmark config, {args.steps} env steps, seed {args.seed}, {args.repeats} repeat(s), "
           f"load {load:.1f} at the start, {time.strftime('%Y-%m-%d %H:%M')}; medians\n")
     print("| ablation | base run s | new run s | new/base | base update ms | new update ms | new/base | "

@@ -1,5 +1,5 @@
-"""How training episodes ended, by phase: success, failure and time-out shares, and runs stuck in their
-time-out phase."""
+"""How a run trained: how its episodes ended, by phase (success, failure and time-out shares, and runs stuck
+in their time-out phase), and how much weight the advice kept (mean β, the step it settled out)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import math
 import pandas as pd
 import pytest
 
-from lore.experiments.compare import outcome_markdown
-from lore.report.episodes import outcome_shares, phase_bounds, stuck
+from lore.experiments.compare import advice_markdown, outcome_markdown
+from lore.report.episodes import SETTLED_BETA, advice_weight, outcome_shares, phase_bounds, stuck
 
 
 def _episodes(outcomes: list[tuple[int, str]], failed_column: bool = True) -> pd.DataFrame:
@@ -52,3 +52,29 @@ def test_the_comparison_counts_the_seeds_stuck_in_their_timeout_phase():
     lines = outcome_markdown(pd.concat(frames))
     row = next(line for line in lines if line.startswith("| E | a |"))
     assert row.endswith("| 2 of 3 |") and "| 3 |" in row
+
+
+def _metrics(betas: list[float]) -> pd.DataFrame:
+    return pd.DataFrame({"env_step": [500 * (k + 1) for k in range(len(betas))], "beta_mean": betas})
+
+
+def test_the_advice_settles_at_the_first_step_after_its_last_rise_above_the_threshold():
+    high = SETTLED_BETA * 2
+    weight = advice_weight(_metrics([0.0, high, 0.01, high, 0.05, 0.0]))  # a dip below and back up does not count
+    assert weight["settled_at"] == 2500 and weight["beta_mean"] == pytest.approx((2 * high + 0.06) / 6)
+    assert math.isnan(advice_weight(_metrics([0.0, 0.01, high]))["settled_at"])  # still above at the end
+    assert advice_weight(_metrics([0.05, 0.0]))["settled_at"] == 500  # never above: settled from the start
+    assert advice_weight(_metrics([SETTLED_BETA]))["settled_at"] != advice_weight(_metrics([0.0]))["settled_at"]
+
+
+def test_a_run_without_a_prior_has_no_advice_weight():
+    assert advice_weight(None)["beta_mean"] == 0.0
+    assert advice_weight(pd.DataFrame({"env_step": [500], "trust_llm": [0.5]}))["beta_mean"] == 0.0
+    assert math.isnan(advice_weight(_metrics([math.nan]))["settled_at"])
+
+
+def test_the_comparison_counts_the_seeds_whose_advice_settled():
+    advice = pd.DataFrame([{"env": "E", "arm": "a", "seed": s, **advice_weight(_metrics(b))}
+                           for s, b in enumerate([[0.5, 0.0, 0.0], [0.5, 0.5, 0.0], [0.5, 0.5, 0.5]])])
+    row = next(line for line in advice_markdown(advice) if line.startswith("| E | a |"))
+    assert row == "| E | a | 3 | 0.333 | 2 of 3 | 1,250 |"

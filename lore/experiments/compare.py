@@ -29,46 +29,60 @@ LEGACY_STATISTICS = "bootstrap-2000"
 """Monte-Carlo paired bootstrap, 2,000 resamples, seed 0 (records written before they named their statistics)."""
 
 
-def run_metrics_table(pairs: list[tuple[PlannedRun, Path]]):
-    """One row per finished planned run: env, arm, seed and every metric of :data:`METRICS` it has."""
+def load_finished(pairs: list[tuple[PlannedRun, Path]]) -> list[tuple[PlannedRun, object]]:
+    """Each finished planned run with its loaded run (:func:`lore.report.runs.load_run`), read once for every table."""
+    from lore.report.runs import load_run
+
+    return [(run, load_run(folder)) for run, folder in pairs if (folder / "done").is_file()]
+
+
+def run_metrics_table(loaded: list[tuple[PlannedRun, object]]):
+    """One row per finished planned run (from :func:`load_finished`): env, arm, seed and every metric of
+    :data:`METRICS` it has."""
     import pandas as pd
 
     from lore.report.aggregate import run_table
-    from lore.report.runs import ACHIEVEMENT_PREFIX, load_run
+    from lore.report.runs import ACHIEVEMENT_PREFIX
     from lore.report.settings import AnalysisSettings
 
     rows = []
-    for run, folder in pairs:
-        if not (folder / "done").is_file():
-            continue
-        loaded = load_run(folder)
-        steps = int(loaded.eval["env_step"].max())
-        table = run_table([loaded], AnalysisSettings(budgets=(steps,)))
+    for run, data in loaded:
+        steps = int(data.eval["env_step"].max())
+        table = run_table([data], AnalysisSettings(budgets=(steps,)))
         row = {"env": run.env, "arm": run.arm, "seed": run.seed,
                **{m: float(table[m].iloc[0]) for m in ("auc", "final_sr", "crafter_score") if m in table}}
-        if any(c.startswith(ACHIEVEMENT_PREFIX) for c in loaded.eval.columns):
-            row["distinct"] = distinct_at_last_eval(loaded.eval)
+        if any(c.startswith(ACHIEVEMENT_PREFIX) for c in data.eval.columns):
+            row["distinct"] = distinct_at_last_eval(data.eval)
         rows.append(row)
     return pd.DataFrame(rows, columns=["env", "arm", "seed", *METRICS]) if not rows else pd.DataFrame(rows)
 
 
-def outcome_table(pairs: list[tuple[PlannedRun, Path]], phases: int = 3):
+def outcome_table(loaded: list[tuple[PlannedRun, object]], phases: int = 3):
     """How each finished run's training episodes ended, by phase (:mod:`lore.report.episodes`): one row per
     (env, arm, seed, phase) with the shares of success, failure and time-out."""
     import pandas as pd
 
     from lore.report.episodes import outcome_shares
-    from lore.report.runs import load_run
 
-    frames = []
-    for run, folder in pairs:
-        if not (folder / "done").is_file():
-            continue
-        loaded = load_run(folder)
-        shares = outcome_shares(loaded.episodes, int(loaded.eval["env_step"].max()), phases)
-        frames.append(shares.assign(env=run.env, arm=run.arm, seed=run.seed))
+    frames = [outcome_shares(data.episodes, int(data.eval["env_step"].max()), phases).assign(
+        env=run.env, arm=run.arm, seed=run.seed) for run, data in loaded]
     columns = ["env", "arm", "seed", "phase", "start", "end", "episodes", "success", "failure", "timeout"]
     return pd.concat(frames)[columns] if frames else pd.DataFrame(columns=columns)
+
+
+def advice_table(loaded: list[tuple[PlannedRun, object]]):
+    """How much weight the advice kept in each finished run that mixed a prior in (:mod:`lore.report.episodes`):
+    one row per (env, arm, seed) with the run's mean β and the step its β settled below
+    :data:`lore.report.episodes.SETTLED_BETA` (NaN when it never did)."""
+    import pandas as pd
+
+    from lore.report.episodes import advice_weight
+
+    rows = [{"env": run.env, "arm": run.arm, "seed": run.seed, **advice_weight(data.metrics)}
+            for run, data in loaded]
+    columns = ["env", "arm", "seed", "beta_mean", "settled_at"]
+    table = pd.DataFrame(rows, columns=columns)
+    return table[table["beta_mean"] > 0].reset_index(drop=True)
 
 
 def outcome_markdown(outcomes) -> list[str]:
@@ -89,6 +103,24 @@ def outcome_markdown(outcomes) -> list[str]:
         last = part[part["phase"] == part["phase"].max()]["timeout"].dropna()
         stuck = f"{int((last >= STUCK_TIMEOUT_SHARE).sum())} of {len(last)}" if len(last) else "-"
         lines.append(f"| {env} | {arm} | {part['seed'].nunique()} | " + " | ".join(cells) + f" | {stuck} |")
+    return [*lines, ""]
+
+
+def advice_markdown(advice) -> list[str]:
+    """Per env and arm with a prior, the mean β over seeds and how fast it settled below
+    :data:`lore.report.episodes.SETTLED_BETA`: the seeds that settled and the median step among them."""
+    from lore.report.episodes import SETTLED_BETA
+
+    if not len(advice):
+        return []
+    lines = [f"The advice's weight: mean β over the run (mean over seeds); settled: seeds whose logged β stays "
+             f"below {SETTLED_BETA:g} from some step to the end, and the median of that step over them.", "",
+             "| env | arm | n | mean β | settled | median step settled |", "|---|---|---|---|---|---|"]
+    for (env, arm), part in advice.groupby(["env", "arm"], sort=False):
+        settled = part["settled_at"].dropna()
+        step = f"{settled.median():,.0f}" if len(settled) else "-"
+        lines.append(f"| {env} | {arm} | {len(part)} | {_fmt(part['beta_mean'].mean())} | "
+                     f"{len(settled)} of {len(part)} | {step} |")
     return [*lines, ""]
 
 
@@ -339,7 +371,7 @@ def arm_markdown(arms) -> list[str]:
 
 
 def comparison_markdown(decl: Declaration, table, decided: dict, run_commits: dict[str, int], arms=None,
-                        outcomes=None) -> str:
+                        outcomes=None, advice=None) -> str:
     lines = [f"# {decl.name}", "", decl.question, "",
              f"Verdict: **{decided['verdict']}** ({decided['reason']}).", "",
              f"Code: {commits_text(run_commits)}.", "",
@@ -354,6 +386,8 @@ def comparison_markdown(decl: Declaration, table, decided: dict, run_commits: di
                      f"[{_fmt(r['low'], True)}, {_fmt(r['high'], True)}] | {_fmt(r['p_improvement'])} |")
     if outcomes is not None and len(outcomes):
         lines += ["", *outcome_markdown(outcomes)]
+    if advice is not None and len(advice):
+        lines += ["", *advice_markdown(advice)]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
@@ -394,7 +428,8 @@ def compare_experiment(name: str, root: Path = Path("."), out: Path | None = Non
         raise ExperimentDecided(f"{name}: decided at {old.get('commit') or 'an unknown commit'} (verdict: "
                                 f"{old['verdict']}); its record {previous} is written once")
     pairs = run_dirs(decl, root, results_root)
-    metrics_table = run_metrics_table(pairs)
+    loaded = load_finished(pairs)
+    metrics_table = run_metrics_table(loaded)
     table = comparison_table(decl, metrics_table)
     decided = verdict(decl, table, metrics_table)
     missing = sum(not (folder / "done").is_file() for _, folder in pairs)
@@ -410,9 +445,12 @@ def compare_experiment(name: str, root: Path = Path("."), out: Path | None = Non
     experiment_figure(decl, pairs, out)
     arms = arm_table(decl, metrics_table)
     atomic_write_text(out / "arms.csv", arms.to_csv(index=False, float_format="%.6g"))
-    outcomes = outcome_table(pairs)
+    outcomes = outcome_table(loaded)
     atomic_write_text(out / "outcomes.csv", outcomes.to_csv(index=False, float_format="%.6g"))
-    atomic_write_text(out / "comparison.md", comparison_markdown(decl, table, decided, run_commits, arms, outcomes))
+    advice = advice_table(loaded)
+    atomic_write_text(out / "advice.csv", advice.to_csv(index=False, float_format="%.6g"))
+    atomic_write_text(out / "comparison.md", comparison_markdown(decl, table, decided, run_commits, arms, outcomes,
+                                                                 advice))
     atomic_write_text(out / "verdict.json", json.dumps(rec, indent=1) + "\n")
     if previous is not None:
         atomic_write_text(previous, json.dumps(rec, indent=1) + "\n")

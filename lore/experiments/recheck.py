@@ -140,6 +140,7 @@ def recheck(name: str, root: Path = Path("."), archive: Path | None = None) -> R
     from lore.experiments.compare import (
         LEGACY_STATISTICS,
         comparison_table,
+        load_finished,
         run_metrics_table,
         verdict,
     )
@@ -157,7 +158,7 @@ def recheck(name: str, root: Path = Path("."), archive: Path | None = None) -> R
         decided = verdict(decl, table, pd.DataFrame(columns=["env", "arm", "seed"]))
         out = Recheck(name, "table", 0, len(table), decided["verdict"], _verdict_differences(rec, decided))
         return out
-    metrics_table = run_metrics_table(pairs)
+    metrics_table = run_metrics_table(load_finished(pairs))
     table = comparison_table(decl, metrics_table, rec.get("statistics", LEGACY_STATISTICS))
     decided = verdict(decl, table, metrics_table)
     differences = _row_differences(rec["comparison"], table) + _verdict_differences(rec, decided)

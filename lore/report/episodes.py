@@ -1,5 +1,6 @@
-"""How training episodes ended, by phase of the run: success, failure (the env ended the episode without
-reward: lava, a collision) or time-out, from a run's ``episodes.csv``.
+"""How a run trained, read from its logs: how training episodes ended, by phase of the run (success, failure
+(the env ended the episode without reward: lava, a collision) or time-out, from ``episodes.csv``), and how
+much weight the advice kept (β, from ``metrics.csv``).
 
 A run stuck in its time-out phase (it neither reaches the goal nor fails: a policy that avoids harm and finds
 nothing) looks like a run that learns nothing in its eval success rate alone; these shares tell them apart.
@@ -14,6 +15,8 @@ import pandas as pd
 OUTCOMES = ("success", "failure", "timeout")
 STUCK_TIMEOUT_SHARE = 0.8
 """A run is stuck in its time-out phase when at least this share of its last phase's episodes time out."""
+SETTLED_BETA = 0.1
+"""The advice has settled out of a run once its logged mean β stays below this to the run's end."""
 
 
 def phase_bounds(total_steps: int, phases: int) -> list[tuple[int, int]]:
@@ -46,3 +49,19 @@ def stuck(shares: pd.DataFrame) -> float:
     when not recorded."""
     last = shares["timeout"].iloc[-1] if len(shares) else math.nan
     return float(last >= STUCK_TIMEOUT_SHARE) if math.isfinite(last) else math.nan
+
+
+def advice_weight(metrics: pd.DataFrame | None) -> dict[str, float]:
+    """``beta_mean``: the mean of the logged ``beta_mean`` (0.0 for a run that logged none, as a run without a
+    prior does); ``settled_at``: the first logged ``env_step`` from which every later logged β is below
+    :data:`SETTLED_BETA` (NaN when the last one is not)."""
+    if metrics is None or "beta_mean" not in metrics.columns:
+        return {"beta_mean": 0.0, "settled_at": math.nan}
+    rows = metrics[["env_step", "beta_mean"]].dropna()
+    if not len(rows):
+        return {"beta_mean": 0.0, "settled_at": math.nan}
+    beta = rows["beta_mean"].to_numpy()
+    above = [i for i, b in enumerate(beta) if b >= SETTLED_BETA]
+    last_above = above[-1] if above else -1
+    settled = float(rows["env_step"].iloc[last_above + 1]) if last_above + 1 < len(rows) else math.nan
+    return {"beta_mean": float(beta.mean()), "settled_at": settled}
