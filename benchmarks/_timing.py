@@ -34,3 +34,8 @@ def take_turns(workers: dict[str, subprocess.Popen], rounds: int, key: str) -> d
         proc.stdin.close()
         proc.wait()
     return times
+
+
+def set_flags(sets: list[str]) -> list[str]:
+    """``--set KEY=VALUE`` arguments of a benchmark's worker process, one pair per override."""
+    return [x for s in sets for x in ("--set", s)]

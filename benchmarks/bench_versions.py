@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _timing import take_turns
+from _timing import set_flags, take_turns
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -109,8 +109,7 @@ def update_worker(ablation: str, env: str, steps: int, seed: int, extra: list[st
 
 def set_args(args, name: str) -> list[str]:
     """The ``--set`` arguments of tree ``name``'s workers: ``--set`` for both trees, ``--new-set`` for "new" only."""
-    sets = [*args.extra, *(args.new_extra if name == "new" else [])]
-    return [x for s in sets for x in ("--set", s)]
+    return set_flags([*args.extra, *(args.new_extra if name == "new" else [])])
 
 
 def update_rounds(trees: dict[str, str], ablation: str, args) -> dict[str, list[float]]:

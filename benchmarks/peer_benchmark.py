@@ -404,7 +404,7 @@ def report(rows: list[dict], meta: dict) -> str:
         f"torch {meta['torch']} (CPU), sheeprl {meta['sheeprl']}, 1 thread per agent, batch "
         f"{meta['batch']}x{meta['length']}, {OBS_DIM}-d vector observation, {ACTIONS} actions, {BINS} bins, "
         f"32x32 latents, imagination from all {meta['batch'] * meta['length']:,} posterior states "
-        f"(horizon {HORIZON}). {meta['cpus']} CPUs; {meta['when']}.",
+        f"(horizon {HORIZON}). {meta['cpus']} CPUs ({meta.get('cpu', 'model not recorded')}); {meta['when']}.",
         "",
         "*full*: LoRe's DreamerV3 with the `full` ablation's settings (3 bootstrapped critic heads); "
         "*compiled*: full with "
@@ -453,6 +453,19 @@ def report(rows: list[dict], meta: dict) -> str:
     for size, why in meta.get("failed", {}).items():
         lines += ["", f"Size {size.upper()} failed: {why.strip().splitlines()[0]}"]
     return "\n".join(lines) + "\n"
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``; ``platform.processor()`` where that is missing)."""
+    import platform
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return " ".join(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -517,7 +530,7 @@ def main() -> None:
             log(f"{size} failed: {exc}")
             failed[size] = str(exc)
     meta = {"torch": torch.__version__, "sheeprl": version, "batch": args.batch_size, "length": args.batch_length,
-            "cpus": os.cpu_count(), "when": time.strftime("%Y-%m-%d"), "warmup": args.warmup, "failed": failed}
+            "cpus": os.cpu_count(), "cpu": cpu_model(), "when": time.strftime("%Y-%m-%d"), "warmup": args.warmup, "failed": failed}
     text = report(rows, meta)
     print(text)
     if args.out:

@@ -14,7 +14,8 @@ one thread) so that the replay, the return normaliser and the prior layer hold w
 
 The wrappers cost a few microseconds per call, so the families' sum is a little above the bare update's time
 (printed apart). ``--compare BASE NEW`` profiles two code trees instead (each in its own process, ``lore`` from
-``PYTHONPATH=<tree>``, one after the other) and prints one table with both trees' ms per family and their ratio.
+``PYTHONPATH=<tree>``, one after the other) and prints one table with both trees' ms per family and their ratio;
+``--new-set KEY=VALUE`` then applies an override to NEW's runs only (a change of the maths against the base).
 It is a benchmark, not a test: CI never runs it.
 """
 
@@ -32,6 +33,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import torch
+from _timing import set_flags
 from torch.utils._python_dispatch import TorchDispatchMode
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -258,12 +260,12 @@ def compare_table(ablation: str, base: dict, new: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def profile_tree(tree: str, ablation: str, args) -> dict:
-    """:func:`profile` of ``ablation`` in a process that imports ``lore`` from ``tree``."""
+def profile_tree(tree: str, ablation: str, args, extra: list[str]) -> dict:
+    """:func:`profile` of ``ablation`` with the overrides ``extra`` in a process that imports ``lore`` from ``tree``."""
     env = {**os.environ, "PYTHONPATH": str(Path(tree).resolve()), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, __file__, "--worker", "--ablations", ablation, "--env", args.env, "--warm-steps",
            str(args.warm_steps), "--updates", str(args.updates), "--batches", str(args.batches), "--seed",
-           str(args.seed), *[x for s in args.extra for x in ("--set", s)]]
+           str(args.seed), *set_flags(extra)]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise SystemExit(f"profiling {ablation} at {tree} failed:\n{out.stderr[-3000:]}")
@@ -280,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--set", dest="extra", action="append", default=[], help="extra config override")
     parser.add_argument("--compare", nargs=2, metavar=("BASE", "NEW"), help="profile two code trees")
+    parser.add_argument("--new-set", dest="new_extra", action="append", default=[],
+                        help="with --compare: config override of the NEW tree only (a maths change against the base)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -291,9 +295,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.compare:
         print(f"# One update per op family, two trees\n\nbase {args.compare[0]}, new {args.compare[1]}; torch "
               f"{torch.__version__}, 1 thread, {args.env}, benchmark config after {args.warm_steps} env steps; "
-              f"{args.updates} updates per pass; load {os.getloadavg()[0]:.1f}; {time.strftime('%Y-%m-%d %H:%M')}\n")
+              f"{args.updates} updates per pass; load {os.getloadavg()[0]:.1f}; {time.strftime('%Y-%m-%d %H:%M')}"
+              + (f"; new with {' '.join(args.new_extra)}" if args.new_extra else "") + "\n")
         for ablation in args.ablations:
-            base, new = (profile_tree(tree, ablation, args) for tree in args.compare)
+            base = profile_tree(args.compare[0], ablation, args, args.extra)
+            new = profile_tree(args.compare[1], ablation, args, [*args.extra, *args.new_extra])
             print(compare_table(ablation, base, new), flush=True)
         return 0
     print(f"# One update per op family\n\ntorch {torch.__version__}, 1 thread, {args.env}, benchmark config "
