@@ -3,6 +3,7 @@ generated, its links resolve, and the guides it links work as written."""
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import subprocess
@@ -75,9 +76,10 @@ def test_every_relative_link_of_the_readme_and_the_guides_resolves():
 
 def test_the_headline_table_is_generated_from_the_benchmark_summary():
     text = README.read_text()
-    assert rd.with_headline(text, rd.headline_table(REPO / "docs" / "benchmark" / "summary.csv")) == text, \
+    assert rd.with_block(text, rd.HEADLINE, rd.headline_table(REPO / "docs" / "benchmark" / "summary.csv")) == text, \
         "README's headline table is stale: python -m lore.paper.readme"
-    block = text.split(rd.START, 1)[1].split(rd.END, 1)[0]
+    start, end = rd.markers(rd.HEADLINE)
+    block = text.split(start, 1)[1].split(end, 1)[0]
     assert block.count("\n| ") >= 4 and "[" in block  # rows with CIs
 
 
@@ -87,6 +89,24 @@ def test_the_headline_refuses_a_summary_without_its_columns(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "lore.paper.readme", "--summary", str(bad), "--readme",
                            str(README), "--check"], capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert proc.returncode == 2 and "auc_mean" in proc.stderr and "\n" not in proc.stderr.strip()
+
+
+def test_the_speed_paragraph_is_generated_from_the_peer_benchmark():
+    text = README.read_text()
+    peer = REPO / "docs" / "benchmark" / "peer.json"
+    assert rd.with_block(text, rd.SPEED, rd.speed_text(peer)) == text, \
+        "README's speed paragraph is stale: python -m lore.paper.readme"
+    data = json.loads(peer.read_text())
+    xs = next(r for r in data["rows"] if r["size"] == "xs")
+    assert f"{xs['cpu_ms']['full/peer'][1]:.2f}x" in text and data["meta"]["when"] in text
+
+
+def test_the_speed_paragraph_refuses_a_result_without_the_size(tmp_path):
+    bad = tmp_path / "peer.json"
+    bad.write_text(json.dumps({"meta": {"when": "2026-01-01"}, "rows": [{"size": "s"}]}))
+    proc = subprocess.run([sys.executable, "-m", "lore.paper.readme", "--peer", str(bad), "--readme", str(README),
+                           "--check"], capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert proc.returncode == 2 and "size xs" in proc.stderr and "\n" not in proc.stderr.strip()
 
 
 # --------------------------------------------------------------------------- the guides, tried

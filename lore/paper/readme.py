@@ -1,17 +1,22 @@
-"""The README's headline table, written from the benchmark's ``summary.csv`` between two marker lines.
+"""The README's generated blocks, each between two marker lines: the headline table, from the benchmark's
+``summary.csv``, and the speed paragraph, from the peer benchmark's JSON (``benchmarks/peer_benchmark.py``).
 
-    python -m lore.paper.readme [--summary docs/benchmark/summary.csv] [--readme README.md] [--check]
+    python -m lore.paper.readme [--summary docs/benchmark/summary.csv] [--peer docs/benchmark/peer.json]
+                                [--readme README.md] [--check]
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import json
 import math
 import sys
+import textwrap
 from pathlib import Path
 
-START, END = "<!-- headline:start -->", "<!-- headline:end -->"
+HEADLINE, SPEED = "headline", "speed"
+"""The names of the README's generated blocks (their marker lines: :func:`markers`)."""
 ARMS = ("rl_only", "full", "full_adversarial")
 """The arms the headline shows: DreamerV3 alone, the method, the method under attack."""
 
@@ -57,24 +62,52 @@ def headline_table(summary: Path) -> str:
     return "\n".join(lines)
 
 
-def with_headline(readme: str, table: str) -> str:
-    """``readme`` with the text between the marker lines replaced by ``table``."""
-    if START not in readme or END not in readme:
-        raise ValueError(f"README: the marker lines {START} and {END} are missing")
-    head, rest = readme.split(START, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{START}\n{table}\n{END}{tail}"
+def markers(block: str) -> tuple[str, str]:
+    """The start and end marker lines of the README's generated ``block``."""
+    return f"<!-- {block}:start -->", f"<!-- {block}:end -->"
+
+
+def with_block(readme: str, block: str, text: str) -> str:
+    """``readme`` with the text between ``block``'s marker lines replaced by ``text``."""
+    start, end = markers(block)
+    if start not in readme or end not in readme:
+        raise ValueError(f"README: the marker lines {start} and {end} are missing")
+    head, rest = readme.split(start, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{start}\n{text}\n{end}{tail}"
+
+
+def speed_text(peer: Path, size: str = "xs") -> str:
+    """The speed paragraph: one update of ``full`` at ``size`` against sheeprl's, on the CPU clock (median ratio
+    and interquartile range over the rounds), with one critic head, and when and where it was measured."""
+    try:
+        data = json.loads(peer.read_text())
+        meta = data["meta"]
+        row = next(r for r in data["rows"] if r["size"] == size)
+        cpu = row["cpu_ms"]
+        ratio, core = cpu["full/peer"], cpu["core/peer"]
+        text = (f"**Speed.** One DreamerV3 update of `full` at {size.upper()} (batch {meta['batch']}x{meta['length']}, one "
+                f"thread): {cpu['full'][1]:.0f} ms of CPU, {ratio[1]:.2f}x sheeprl {meta['sheeprl']}'s (interquartile "
+                f"range {ratio[0]:.2f}-{ratio[2]:.2f}x, {row['rounds']} rounds); {core[1]:.2f}x with one critic head, as "
+                f"sheeprl has. {meta['cpus']} CPUs ({meta.get('cpu', 'model not recorded')}), {meta['when']}, "
+                "`benchmarks/peer_benchmark.py` ([report](docs/benchmark/peer.md)).")
+    except (KeyError, IndexError, TypeError, StopIteration, json.JSONDecodeError) as e:
+        raise ValueError(f"{peer}: not a peer benchmark result with size {size} ({type(e).__name__}: {e})") from e
+    return textwrap.fill(text, width=110, break_long_words=False, break_on_hyphens=False)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m lore.paper.readme", description=__doc__.split("\n")[0])
     p.add_argument("--summary", type=Path, default=Path("docs/benchmark/summary.csv"))
+    p.add_argument("--peer", type=Path, default=Path("docs/benchmark/peer.json"))
     p.add_argument("--readme", type=Path, default=Path("README.md"))
-    p.add_argument("--check", action="store_true", help="exit 1 if the README's table is stale; write nothing")
+    p.add_argument("--check", action="store_true", help="exit 1 if a generated block is stale; write nothing")
     args = p.parse_args(argv)
     try:
         text = args.readme.read_text()
-        updated = with_headline(text, headline_table(args.summary))
+        updated = with_block(text, HEADLINE, headline_table(args.summary))
+        if markers(SPEED)[0] in updated:
+            updated = with_block(updated, SPEED, speed_text(args.peer))
     except (OSError, ValueError) as e:
         print(f"lore: error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
