@@ -9,7 +9,14 @@ import pandas as pd
 import pytest
 
 from lore.experiments.compare import advice_markdown, outcome_markdown
-from lore.report.episodes import SETTLED_BETA, advice_weight, outcome_shares, phase_bounds, stuck
+from lore.report.episodes import (
+    SETTLED_BETA,
+    advice_weight,
+    mixes_a_prior,
+    outcome_shares,
+    phase_bounds,
+    stuck,
+)
 
 
 def _episodes(outcomes: list[tuple[int, str]], failed_column: bool = True) -> pd.DataFrame:
@@ -65,6 +72,12 @@ def test_the_advice_settles_at_the_first_step_after_its_last_rise_above_the_thre
     assert math.isnan(advice_weight(_metrics([0.0, 0.01, high]))["settled_at"])  # still above at the end
     assert advice_weight(_metrics([0.05, 0.0]))["settled_at"] == 500  # never above: settled from the start
     assert advice_weight(_metrics([SETTLED_BETA]))["settled_at"] != advice_weight(_metrics([0.0]))["settled_at"]
+
+
+def test_only_runs_whose_config_enables_the_prior_mix_one_in():
+    assert mixes_a_prior({"prior": {"enabled": True, "beta_max": 1.0}})
+    assert not mixes_a_prior({"prior": {"enabled": False}}) and not mixes_a_prior({})
+    assert not mixes_a_prior({"prior": {"enabled": "yes"}}) and not mixes_a_prior({"prior": None})
 
 
 def test_a_run_without_a_prior_has_no_advice_weight():

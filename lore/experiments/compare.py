@@ -73,16 +73,15 @@ def outcome_table(loaded: list[tuple[PlannedRun, object]], phases: int = 3):
 def advice_table(loaded: list[tuple[PlannedRun, object]]):
     """How much weight the advice kept in each finished run that mixed a prior in (:mod:`lore.report.episodes`):
     one row per (env, arm, seed) with the run's mean β and the step its β settled below
-    :data:`lore.report.episodes.SETTLED_BETA` (NaN when it never did)."""
+    :data:`lore.report.episodes.SETTLED_BETA` (NaN when it never did). A run with the prior enabled counts
+    even where its β stayed 0; a run without one is left out."""
     import pandas as pd
 
-    from lore.report.episodes import advice_weight
+    from lore.report.episodes import advice_weight, mixes_a_prior
 
     rows = [{"env": run.env, "arm": run.arm, "seed": run.seed, **advice_weight(data.metrics)}
-            for run, data in loaded]
-    columns = ["env", "arm", "seed", "beta_mean", "settled_at"]
-    table = pd.DataFrame(rows, columns=columns)
-    return table[table["beta_mean"] > 0].reset_index(drop=True)
+            for run, data in loaded if mixes_a_prior(data.config)]
+    return pd.DataFrame(rows, columns=["env", "arm", "seed", "beta_mean", "settled_at"])
 
 
 def outcome_markdown(outcomes) -> list[str]:

@@ -51,6 +51,13 @@ def stuck(shares: pd.DataFrame) -> float:
     return float(last >= STUCK_TIMEOUT_SHARE) if math.isfinite(last) else math.nan
 
 
+def mixes_a_prior(config: dict) -> bool:
+    """Whether a run's resolved config (``config.yaml``) mixed a prior into its policy (``prior.enabled``); a
+    run that recorded no config counts as one without."""
+    prior = config.get("prior") if isinstance(config, dict) else None
+    return isinstance(prior, dict) and prior.get("enabled") is True
+
+
 def advice_weight(metrics: pd.DataFrame | None) -> dict[str, float]:
     """``beta_mean``: the mean of the logged ``beta_mean`` (0.0 for a run that logged none, as a run without a
     prior does); ``settled_at``: the first logged ``env_step`` from which every later logged β is below
