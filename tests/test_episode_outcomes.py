@@ -8,14 +8,16 @@ import math
 import pandas as pd
 import pytest
 
-from lore.experiments.compare import advice_markdown, outcome_markdown
+from lore.experiments.compare import advice_markdown, outcome_markdown, stuck_p_value, stuck_runs
 from lore.report.episodes import (
     SETTLED_BETA,
+    advice_exposure,
     advice_weight,
     mixes_a_prior,
     outcome_shares,
     phase_bounds,
     stuck,
+    time_limit,
 )
 
 
@@ -58,7 +60,35 @@ def test_the_comparison_counts_the_seeds_stuck_in_their_timeout_phase():
         frames.append(shares.assign(env="E", arm="a", seed=seed))
     lines = outcome_markdown(pd.concat(frames))
     row = next(line for line in lines if line.startswith("| E | a |"))
-    assert row.endswith("| 2 of 3 |") and "| 3 |" in row
+    assert row.endswith("| 2 of 3 | - |") and "| 3 |" in row  # no rl_only in this env: no test against it
+
+
+def _stuck_outcomes(arm: str, stuck_seeds: int, seeds: int) -> pd.DataFrame:
+    frames = [outcome_shares(_episodes([(100, "F"), (900, "T" if seed < stuck_seeds else "S")]), 900, phases=2)
+              .assign(env="E", arm=arm, seed=seed) for seed in range(seeds)]
+    return pd.concat(frames)
+
+
+def test_stuck_counts_are_tested_against_rl_only_by_fishers_exact_test():
+    outcomes = pd.concat([_stuck_outcomes("rl_only", 0, 5), _stuck_outcomes("adv", 5, 5),
+                          _stuck_outcomes("same", 0, 5)])
+    runs = stuck_runs(outcomes)
+    assert runs.groupby("arm")["stuck"].sum().to_dict() == {"adv": 5.0, "rl_only": 0.0, "same": 0.0}
+    flags = {arm: runs.loc[runs["arm"] == arm, "stuck"] for arm in ("rl_only", "adv", "same")}
+    # 5 of 5 against 0 of 5: the two most extreme of the C(10, 5) = 252 equally likely splits
+    assert stuck_p_value(flags["adv"], flags["rl_only"]) == pytest.approx(2 / 252)
+    assert stuck_p_value(flags["same"], flags["rl_only"]) == pytest.approx(1.0)
+    assert math.isnan(stuck_p_value(flags["adv"], pd.Series([math.nan])))
+    lines = outcome_markdown(outcomes)
+    rows = {line.split(" | ")[1]: line for line in lines if line.startswith("| E |")}
+    assert rows["adv"].endswith("| 5 of 5 | 0.008 |") and rows["rl_only"].endswith("| 0 of 5 | - |")
+    assert rows["same"].endswith("| 0 of 5 | 1.000 |")
+
+
+def test_a_run_that_did_not_record_failures_is_neither_stuck_nor_free():
+    shares = outcome_shares(_episodes([(100, "T")], failed_column=False), 300, phases=1).assign(env="E", arm="a",
+                                                                                                  seed=0)
+    assert math.isnan(stuck_runs(shares)["stuck"].iloc[0])
 
 
 def _metrics(betas: list[float]) -> pd.DataFrame:
@@ -90,4 +120,41 @@ def test_the_comparison_counts_the_seeds_whose_advice_settled():
     advice = pd.DataFrame([{"env": "E", "arm": "a", "seed": s, **advice_weight(_metrics(b))}
                            for s, b in enumerate([[0.5, 0.0, 0.0], [0.5, 0.5, 0.0], [0.5, 0.5, 0.5]])])
     row = next(line for line in advice_markdown(advice) if line.startswith("| E | a |"))
-    assert row == "| E | a | 3 | 0.333 | 2 of 3 | 1,250 |"
+    assert row.startswith("| E | a | 3 | 0.333 | 2 of 3 | 1,250 |")
+
+
+def test_exposure_sums_beta_over_the_act_steps_of_the_first_phase_and_averages_the_kl_term_after():
+    metrics = pd.DataFrame({"env_step": [500, 1000, 2000, 3000], "beta_mean": [0.2, 0.4, 0.1, 0.9],
+                            "prior_loss": [5.0, 5.0, 0.5, 1.5]})
+    out = advice_exposure(metrics, 2000)
+    assert out["beta_steps"] == pytest.approx(0.2 * 500 + 0.4 * 500 + 0.1 * 1000)  # each row covers its own steps
+    assert out["kl_term_after"] == pytest.approx(1.5)  # only the rows after step 2000
+    assert advice_exposure(metrics, 3000)["beta_steps"] == pytest.approx(400.0 + 0.9 * 1000)
+    assert math.isnan(advice_exposure(metrics, 3000)["kl_term_after"])
+    assert advice_exposure(None, 10) == {"beta_steps": 0.0, "kl_term_after": advice_exposure(None, 10)["kl_term_after"]}
+    assert math.isnan(advice_exposure(pd.DataFrame({"env_step": [500], "beta_mean": [0.3]}), 500)["kl_term_after"])
+
+
+def test_the_advice_table_sets_the_exposure_of_stuck_seeds_apart():
+    outcomes = _stuck_outcomes("a", 2, 4)
+    advice = pd.DataFrame([{"env": "E", "arm": "a", "seed": s, "beta_mean": 0.1, "settled_at": math.nan,
+                            "beta_steps": float(b), "kl_term_after": 0.0} for s, b in enumerate([900, 700, 10, 30])])
+    row = next(line for line in advice_markdown(advice, outcomes) if line.startswith("| E | a |"))
+    assert row.endswith("| 365 | 800 / 20 | 0.000 |")  # median of all four, then stuck seeds 0-1 / others 2-3
+    assert next(line for line in advice_markdown(advice) if line.startswith("| E | a |")).endswith("| 365 | - | 0.000 |")
+
+
+def test_a_run_that_predates_the_failed_column_has_its_failures_read_from_episode_lengths():
+    episodes = pd.DataFrame({"env_step": [30, 130, 170, 270], "success": [0.0, 0.0, 1.0, 0.0],
+                             "length": [30, 100, 40, 100]})  # lava at step 30, a time-out, a success, a time-out
+    shares = outcome_shares(episodes, 300, phases=1, time_limit=100)
+    assert shares.loc[0, ["success", "failure", "timeout"]].tolist() == pytest.approx([0.25, 0.25, 0.5])
+    recorded = outcome_shares(episodes.assign(failed=[0.0, 0.0, 0.0, 0.0]), 300, phases=1, time_limit=100)
+    assert recorded.loc[0, "failure"] == 0.0  # a recorded column is never second-guessed
+    assert math.isnan(outcome_shares(episodes, 300, phases=1).loc[0, "failure"])  # no limit known: not guessed
+
+
+def test_the_time_limit_is_the_envs_own_or_the_runs_override():
+    assert time_limit("MiniGrid-LavaGapS5-v0") == 4 * 5 * 5  # MiniGrid's LavaGap: 4 * size^2 steps
+    assert time_limit("MiniGrid-LavaGapS5-v0", 37) == 37
+    assert time_limit("MiniGrid-NoSuchEnv-v0") is None

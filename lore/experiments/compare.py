@@ -57,69 +57,124 @@ def run_metrics_table(loaded: list[tuple[PlannedRun, object]]):
     return pd.DataFrame(rows, columns=["env", "arm", "seed", *METRICS]) if not rows else pd.DataFrame(rows)
 
 
-def outcome_table(loaded: list[tuple[PlannedRun, object]], phases: int = 3):
-    """How each finished run's training episodes ended, by phase (:mod:`lore.report.episodes`): one row per
-    (env, arm, seed, phase) with the shares of success, failure and time-out."""
+def outcome_table(loaded: list[tuple[PlannedRun, object]], phases: int | None = None):
+    """How each finished run's training episodes ended, by phase (:mod:`lore.report.episodes`, default
+    :data:`~lore.report.episodes.PHASES` of them): one row per (env, arm, seed, phase) with the shares of
+    success, failure and time-out (for a run that predates the ``failed`` column, failures are the episodes
+    that ended without success before the env's time limit)."""
     import pandas as pd
 
-    from lore.report.episodes import outcome_shares
+    from lore.report.episodes import PHASES, outcome_shares, time_limit
 
-    frames = [outcome_shares(data.episodes, int(data.eval["env_step"].max()), phases).assign(
-        env=run.env, arm=run.arm, seed=run.seed) for run, data in loaded]
+    frames = []
+    for run, data in loaded:
+        env_cfg = data.config.get("env") if isinstance(data.config, dict) else None
+        limit = time_limit(run.env, env_cfg.get("max_episode_steps") if isinstance(env_cfg, dict) else None)
+        frames.append(outcome_shares(data.episodes, int(data.eval["env_step"].max()), phases or PHASES,
+                                     limit).assign(env=run.env, arm=run.arm, seed=run.seed))
     columns = ["env", "arm", "seed", "phase", "start", "end", "episodes", "success", "failure", "timeout"]
     return pd.concat(frames)[columns] if frames else pd.DataFrame(columns=columns)
 
 
 def advice_table(loaded: list[tuple[PlannedRun, object]]):
     """How much weight the advice kept in each finished run that mixed a prior in (:mod:`lore.report.episodes`):
-    one row per (env, arm, seed) with the run's mean β and the step its β settled below
-    :data:`lore.report.episodes.SETTLED_BETA` (NaN when it never did). A run with the prior enabled counts
-    even where its β stayed 0; a run without one is left out."""
+    one row per (env, arm, seed) with the run's mean β, the step its β settled below
+    :data:`lore.report.episodes.SETTLED_BETA` (NaN when it never did), the advice's β summed over the act
+    steps of the run's first phase (``beta_steps``) and the mean KL-control term after it (``kl_term_after``).
+    A run with the prior enabled counts even where its β stayed 0; a run without one is left out."""
     import pandas as pd
 
-    from lore.report.episodes import advice_weight, mixes_a_prior
+    from lore.report.episodes import PHASES, advice_exposure, advice_weight, mixes_a_prior, phase_bounds
 
-    rows = [{"env": run.env, "arm": run.arm, "seed": run.seed, **advice_weight(data.metrics)}
-            for run, data in loaded if mixes_a_prior(data.config)]
-    return pd.DataFrame(rows, columns=["env", "arm", "seed", "beta_mean", "settled_at"])
+    rows = []
+    for run, data in loaded:
+        if mixes_a_prior(data.config):
+            first_end = phase_bounds(int(data.eval["env_step"].max()), PHASES)[0][1]
+            rows.append({"env": run.env, "arm": run.arm, "seed": run.seed, **advice_weight(data.metrics),
+                         **advice_exposure(data.metrics, first_end)})
+    return pd.DataFrame(rows, columns=["env", "arm", "seed", "beta_mean", "settled_at", "beta_steps",
+                                       "kl_term_after"])
 
 
-def outcome_markdown(outcomes) -> list[str]:
-    """Per env and arm, the mean shares of each outcome in each phase over seeds, and how many seeds end stuck
-    in their time-out phase (:data:`lore.report.episodes.STUCK_TIMEOUT_SHARE`)."""
+def stuck_runs(outcomes):
+    """Per (env, arm, seed) of :func:`outcome_table`: ``stuck``, 1.0 when the run's last phase timed out in at
+    least :data:`lore.report.episodes.STUCK_TIMEOUT_SHARE` of its episodes, 0.0 when not, NaN when its
+    episodes did not record failures."""
+    from lore.report.episodes import STUCK_TIMEOUT_SHARE
+
+    last = outcomes[outcomes["phase"] == outcomes.groupby(["env", "arm", "seed"])["phase"].transform("max")]
+    timeout = last["timeout"].astype(float)
+    return last[["env", "arm", "seed"]].assign(stuck=(timeout >= STUCK_TIMEOUT_SHARE).astype(float).where(
+        timeout.notna())).reset_index(drop=True)
+
+
+def stuck_p_value(stuck_arm, stuck_base) -> float:
+    """Two-sided Fisher exact p of "as many runs stuck" between two arms' per-seed stuck flags (NaN dropped;
+    NaN when either side has none)."""
+    from scipy import stats as sps
+
+    a, b = stuck_arm.dropna(), stuck_base.dropna()
+    if not len(a) or not len(b):
+        return math.nan
+    table = [[int(a.sum()), len(a) - int(a.sum())], [int(b.sum()), len(b) - int(b.sum())]]
+    return float(sps.fisher_exact(table, alternative="two-sided").pvalue)
+
+
+def outcome_markdown(outcomes, base: str = "rl_only") -> list[str]:
+    """Per env and arm, the mean shares of each outcome in each phase over seeds, how many seeds end stuck
+    in their time-out phase (:data:`lore.report.episodes.STUCK_TIMEOUT_SHARE`) and, for the other arms of an
+    env where ``base`` ran, the Fisher exact p of stuck counts against it (:func:`stuck_p_value`)."""
     from lore.report.episodes import STUCK_TIMEOUT_SHARE
 
     if not len(outcomes):
         return []
+    runs = stuck_runs(outcomes)
     lines = [f"How training episodes ended (mean share over seeds per phase of the run: success / failure / "
              f"time-out); stuck: seeds whose last phase times out in at least {STUCK_TIMEOUT_SHARE:.0%} of "
-             "episodes.", "", "| env | arm | n | " + " | ".join(
-                 f"phase {k}" for k in sorted(set(outcomes["phase"]))) + " | stuck |",
-             "|---|---|---|" + "---|" * (len(set(outcomes["phase"])) + 1)]
+             f"episodes; p: two-sided Fisher exact test of the stuck counts against {base}'s.", "",
+             "| env | arm | n | " + " | ".join(
+                 f"phase {k}" for k in sorted(set(outcomes["phase"]))) + " | stuck | p |",
+             "|---|---|---|" + "---|" * (len(set(outcomes["phase"])) + 2)]
     for (env, arm), part in outcomes.groupby(["env", "arm"], sort=False):
         means = part.groupby("phase")[["success", "failure", "timeout"]].mean()
         cells = [" / ".join(_fmt(means.loc[k, o]) for o in ("success", "failure", "timeout")) for k in means.index]
-        last = part[part["phase"] == part["phase"].max()]["timeout"].dropna()
-        stuck = f"{int((last >= STUCK_TIMEOUT_SHARE).sum())} of {len(last)}" if len(last) else "-"
-        lines.append(f"| {env} | {arm} | {part['seed'].nunique()} | " + " | ".join(cells) + f" | {stuck} |")
+        flags = runs[(runs["env"] == env) & (runs["arm"] == arm)]["stuck"].dropna()
+        stuck = f"{int(flags.sum())} of {len(flags)}" if len(flags) else "-"
+        ref = runs[(runs["env"] == env) & (runs["arm"] == base)]["stuck"]
+        p = _fmt(stuck_p_value(flags, ref)) if arm != base and len(ref) else "-"
+        lines.append(f"| {env} | {arm} | {part['seed'].nunique()} | " + " | ".join(cells) + f" | {stuck} | {p} |")
     return [*lines, ""]
 
 
-def advice_markdown(advice) -> list[str]:
-    """Per env and arm with a prior, the mean β over seeds and how fast it settled below
-    :data:`lore.report.episodes.SETTLED_BETA`: the seeds that settled and the median step among them."""
+def advice_markdown(advice, outcomes=None) -> list[str]:
+    """Per env and arm with a prior, the mean β over seeds, how fast it settled below
+    :data:`lore.report.episodes.SETTLED_BETA` (the seeds that settled and the median step among them), the
+    median over seeds of the β summed over the first phase's act steps (with ``outcomes``: apart for the seeds
+    that end stuck and the others, :func:`stuck_runs`) and the mean KL-control term after the first phase."""
     from lore.report.episodes import SETTLED_BETA
 
     if not len(advice):
         return []
+    runs = stuck_runs(outcomes) if outcomes is not None and len(outcomes) else None
     lines = [f"The advice's weight: mean β over the run (mean over seeds); settled: seeds whose logged β stays "
-             f"below {SETTLED_BETA:g} from some step to the end, and the median of that step over them.", "",
-             "| env | arm | n | mean β | settled | median step settled |", "|---|---|---|---|---|---|"]
+             f"below {SETTLED_BETA:g} from some step to the end, and the median of that step over them; β-steps: "
+             "β summed over the act steps of the run's first phase (median over seeds; stuck / other: over the "
+             "seeds that end stuck in their time-out phase and the others); KL term: the mean KL-control term "
+             "of the actor loss after the first phase (mean over seeds).", "",
+             "| env | arm | n | mean β | settled | median step settled | β-steps, first phase | β-steps, "
+             "stuck / other | KL term after |", "|---|---|---|---|---|---|---|---|---|"]
     for (env, arm), part in advice.groupby(["env", "arm"], sort=False):
         settled = part["settled_at"].dropna()
         step = f"{settled.median():,.0f}" if len(settled) else "-"
+        split, exposed = "-", "beta_steps" in part
+        if runs is not None and exposed:
+            flags = part.merge(runs, on=["env", "arm", "seed"], how="left")
+            sides = [flags.loc[flags["stuck"] == v, "beta_steps"] for v in (1.0, 0.0)]
+            split = " / ".join(f"{side.median():,.0f}" if len(side) else "-" for side in sides)
         lines.append(f"| {env} | {arm} | {len(part)} | {_fmt(part['beta_mean'].mean())} | "
-                     f"{len(settled)} of {len(part)} | {step} |")
+                     f"{len(settled)} of {len(part)} | {step} | "
+                     f"{f'{part.beta_steps.median():,.0f}' if exposed else '-'} | {split} | "
+                     f"{_fmt(part['kl_term_after'].mean()) if 'kl_term_after' in part else '-'} |")
     return [*lines, ""]
 
 
@@ -386,7 +441,7 @@ def comparison_markdown(decl: Declaration, table, decided: dict, run_commits: di
     if outcomes is not None and len(outcomes):
         lines += ["", *outcome_markdown(outcomes)]
     if advice is not None and len(advice):
-        lines += ["", *advice_markdown(advice)]
+        lines += ["", *advice_markdown(advice, outcomes)]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
