@@ -511,3 +511,22 @@ def test_retiring_a_variants_setting_keeps_every_archived_key(monkeypatch):
     assert aligned and {e.path for e in entries if e.retired} == aligned
     assert all(e.retired == (("prior.align_temperature", True),) for e in entries if e.retired)
     assert len(ar.index_archive(root)) == len(entries) - len(aligned)
+
+
+def test_a_run_that_chose_a_retired_value_is_a_retired_entry_under_the_key_it_had(tmp_path, monkeypatch):
+    """A removed choice of a setting that stays (``RETIRED_VALUES``): the run's config no longer loads, and its
+    archive entry keeps the key it was archived under, marked as a removed variant's."""
+    from lore.config import ConfigError, config_from_saved, retired
+
+    run = _synthetic(tmp_path / "results" / "gated", "full")
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    cfg["prior"]["gate"] = "uncertainty"
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    archive = tmp_path / "runs"
+    entry, _ = ar.archive_run(run, archive)
+    monkeypatch.setitem(retired.RETIRED_VALUES, "prior.gate", ("uncertainty",))
+    with pytest.raises(ConfigError, match="prior.gate: uncertainty is a retired value"):
+        config_from_saved(entry / "config.yaml")
+    [checked] = ar.check_archive(archive)
+    assert checked.retired == (("prior.gate", "uncertainty"),) and checked.key == entry.parent.name
+    assert retired.retired_values({"prior": {"gate": "fixed"}}, changed_only=True) == {}  # its other values stay

@@ -527,3 +527,32 @@ def test_the_workflow_refuses_a_decided_experiment_and_runs_nothing_when_all_are
     assert "leaves out the decided exp" in proc.stderr
     assert set(job_counts(proc.stdout)) <= {"all", "total"}  # neither the experiment's grid nor the main grid
     assert not (root / "results").exists()
+
+
+@pytest.fixture
+def retired_beta_choice(monkeypatch):
+    """``prior.gate: uncertainty`` made a retired value, as a losing variant's choice is once it is removed."""
+    from lore.config import retired
+
+    monkeypatch.setitem(retired.RETIRED_VALUES, "prior.gate", ("uncertainty",))
+
+
+def _removed_variant_decl() -> dict:
+    return _decl(arms={"rl_only": {"reference": True},
+                       "gated": {"ablation": "full", "settings": {"prior.gate": "uncertainty"}}},
+                 compare=[{"arm": "gated", "vs": "rl_only"}],
+                 decision={"rule": "adopt", "require": [{"arm": "gated", "vs": "rl_only", "metric": "auc",
+                                                         "test": "above"}]})
+
+
+def test_a_decided_experiment_keeps_an_arm_of_a_removed_variant_and_an_open_one_refuses_it(tmp_path,
+                                                                                            retired_beta_choice):
+    root = _workdir(tmp_path, {"exp": _removed_variant_decl()})
+    decl = load_declaration("exp", root)  # the declaration itself still loads: it says what was asked
+    with pytest.raises(ExperimentError, match=r"arms\.gated: prior\.gate: uncertainty, a retired setting "
+                                              r"\(the variant was removed\); an open experiment cannot run it"):
+        plan(decl, root)
+    _record(root)
+    assert [r.arm for r in plan(decl, root)] == ["rl_only", "rl_only"]  # decided: its record names gated's runs
+    proc = _experiments(root, "check", "exp")
+    assert proc.returncode == 0, proc.stderr

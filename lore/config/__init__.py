@@ -23,7 +23,7 @@ Import from ``lore.config``: the names below are its public interface.
 
 from lore.config.build import build_config, config_from_saved, load_config, save_config
 from lore.config.overrides import deep_merge, dotted, nested_from_dotted, parse_override
-from lore.config.retired import RENAMED_VALUES, RETIRED, drop_retired
+from lore.config.retired import RENAMED_VALUES, RETIRED, RETIRED_VALUES, drop_retired
 from lore.config.sections import (
     MAX_COUNT,
     MAX_SCALE,
@@ -62,7 +62,7 @@ from lore.validation import ConfigError, Limit, ranged
 
 __all__ = [
     "ADVISED_SETTINGS", "CRAFTER_ENV_NAMES", "CRAFTER_PIXEL_VIEW", "MAX_CONFIG_BYTES", "MAX_COUNT", "MAX_PARAMETERS",
-    "MAX_PLAN_WORK", "MAX_SCALE", "MAX_STEPS", "MAX_YAML_VALUES", "RENAMED_VALUES", "RETIRED",
+    "MAX_PLAN_WORK", "MAX_SCALE", "MAX_STEPS", "MAX_YAML_VALUES", "RENAMED_VALUES", "RETIRED", "RETIRED_VALUES",
     "AdvisorConfig", "ConfigError", "ControllerConfig", "DistillConfig", "DreamerConfig", "EnvConfig", "EvalConfig",
     "FeaturesConfig", "LLMConfig", "Limit", "ModelConfig", "PlanConfig", "PriorConfig", "RunConfig", "TrainConfig",
     "build_config", "check_advisor_settings", "check_crafter_settings", "check_ranges", "config_from_saved",

@@ -1,5 +1,6 @@
-"""Retired settings and renamed values: an older config (such as the saved ``config.yaml`` of an earlier run)
-still loads when it holds a removed setting at the value at which it changed nothing."""
+"""Retired settings, retired values and renamed values: an older config (such as the saved ``config.yaml`` of an
+earlier run) still loads when it holds a removed setting at the value at which it changed nothing; one that
+chose a removed variant (a retired setting away from that value, or a retired value) is named as such."""
 
 from __future__ import annotations
 
@@ -64,6 +65,10 @@ def _is_neutral(value: Any, neutral: Any) -> bool:
 
 _ABSENT = object()
 
+RETIRED_VALUES: dict[str, tuple[Any, ...]] = {}
+"""Removed choices of a setting that stays: a config that holds one is a removed variant's (a retired entry's)
+and does not load; the setting's other values are unaffected."""
+
 RENAMED_VALUES: dict[str, dict[Any, Any]] = {"train.compile": {False: "off", True: "networks"}}
 """Values a setting used to take, with the value that means the same today (old runs' saved configs load)."""
 
@@ -94,13 +99,22 @@ def without_keys(data: dict, keys) -> dict:
     return out
 
 
+def _is_retired_value(key: str, value: Any) -> bool:
+    return any(_is_neutral(value, gone) for gone in RETIRED_VALUES.get(key, ()))
+
+
 def retired_values(data: dict, *, changed_only: bool = False) -> dict[str, Any]:
-    """``{dotted key: value}`` of the :data:`RETIRED` settings the nested ``data`` holds; with ``changed_only``,
-    only those away from their neutral value."""
+    """``{dotted key: value}`` of the :data:`RETIRED` settings the nested ``data`` holds (with ``changed_only``,
+    only those away from their neutral value), and of the settings it holds at one of their
+    :data:`RETIRED_VALUES` (never neutral)."""
     found = {}
     for key, default in RETIRED.items():
         value = _lookup(data, key)
         if value is not _ABSENT and not (changed_only and _is_neutral(value, default)):
+            found[key] = value
+    for key in RETIRED_VALUES:
+        value = _lookup(data, key)
+        if value is not _ABSENT and _is_retired_value(key, value):
             found[key] = value
     return found
 
@@ -117,7 +131,9 @@ def drop_retired(data: dict) -> dict:
         node = out.get(section)
         if isinstance(node, dict) and isinstance(node.get(name), bool) and node[name] in renames:
             out[section] = {**node, name: renames[node[name]]}
-    for key in retired_values(out, changed_only=True):
-        raise ConfigError(f"{key}: retired setting; only its default {yaml_text(RETIRED[key])} is accepted "
-                          f"(the variant was removed)")
-    return without_keys(out, retired_values(out))
+    for key, value in retired_values(out, changed_only=True).items():
+        if key in RETIRED:
+            raise ConfigError(f"{key}: retired setting; only its default {yaml_text(RETIRED[key])} is accepted "
+                              f"(the variant was removed)")
+        raise ConfigError(f"{key}: {yaml_text(value)} is a retired value (the variant was removed)")
+    return without_keys(out, [k for k in retired_values(out) if k in RETIRED])

@@ -174,8 +174,10 @@ def _check_semantics(decl: Declaration, root: Path) -> None:
         _check_reference(decl, f"compare[{i}]", item)
     _check_decision(decl)
     # every (env, arm) resolves to a valid run config (unknown settings keys, wrong types): the experiment's
-    # settings first, named as such, then each arm's own
-    changed = [a for a in decl.arms.values() if a.settings]
+    # settings first, named as such, then each arm's own; an arm of a removed variant (only a decided experiment
+    # may keep one: lore.experiments.plan refuses it in an open one) resolves to nothing
+    removed = removed_variant_arms(decl)
+    changed = [a for a in decl.arms.values() if a.settings and a.name not in removed]
     if decl.settings and changed:
         arm = changed[0]
         try:
@@ -183,11 +185,29 @@ def _check_semantics(decl: Declaration, root: Path) -> None:
         except Exception as e:  # noqa: BLE001 - ConfigError or GridError
             raise _fail(path, "settings", " ".join(str(e).split())[:300]) from None
     for arm in decl.arms.values():
+        if arm.name in removed:
+            continue
         try:
             resolved_config(decl, arm, arm.envs[0], root)
         except Exception as e:  # noqa: BLE001 - ConfigError or GridError, named by the arm
             key = f"arms.{arm.name}.settings" if arm.settings else "settings"
             raise _fail(path, key, " ".join(str(e).split())[:300]) from None
+
+
+def removed_variant_arms(decl: Declaration) -> dict[str, str]:
+    """``{arm: why}`` for the arms whose settings choose a removed variant (a retired setting away from its
+    neutral value, or a retired value: :mod:`lore.config.retired`). Such an arm cannot run any more; a decided
+    experiment keeps it, since its record names the runs' keys, and an open one is refused."""
+    from lore.archive.identity import retired_text
+    from lore.config import nested_from_dotted
+    from lore.config.retired import retired_values
+
+    out = {}
+    for arm in decl.arms.values():
+        gone = retired_values(nested_from_dotted(dict(arm.settings)), changed_only=True)
+        if gone:
+            out[arm.name] = retired_text(tuple(sorted(gone.items())))
+    return out
 
 
 def _check_baseline(decl: Declaration, root: Path) -> None:

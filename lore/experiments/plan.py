@@ -30,6 +30,7 @@ from lore.experiments.declaration import (
     declaration_path,
     declared_names,
     load_declaration,
+    removed_variant_arms,
     resolve_overrides,
     run_overrides,
 )
@@ -140,9 +141,17 @@ def comparisons(decl: Declaration) -> list[dict]:
 
 
 def plan(decl: Declaration, root: Path = Path(".")) -> list[PlannedRun]:
-    """Every run the experiment reads: its arms, and the baseline's arms it is compared with."""
+    """Every run the experiment reads: its arms, and the baseline's arms it is compared with. An arm of a removed
+    variant (:func:`lore.experiments.declaration.removed_variant_arms`) is left out of a decided experiment's plan
+    and refused in an open one."""
     runs = []
+    removed = removed_variant_arms(decl)
+    if removed and decided_record(decl.name, root) is None:
+        arm, why = next(iter(removed.items()))
+        raise ExperimentError(f"{decl.path}: arms.{arm}: {why}; an open experiment cannot run it")
     for arm in decl.arms.values():
+        if arm.name in removed:  # a decided experiment's arm of a removed variant: its record names its runs
+            continue
         runs += _plan_arm(decl, arm, arm.envs, list(arm.seeds or decl.seeds), root)
     needed = []
     for c in comparisons(decl):
