@@ -18,6 +18,7 @@ from lore.report.episodes import (
     phase_bounds,
     stuck,
     time_limit,
+    with_lengths,
 )
 
 
@@ -158,3 +159,11 @@ def test_the_time_limit_is_the_envs_own_or_the_runs_override():
     assert time_limit("MiniGrid-LavaGapS5-v0") == 4 * 5 * 5  # MiniGrid's LavaGap: 4 * size^2 steps
     assert time_limit("MiniGrid-LavaGapS5-v0", 37) == 37
     assert time_limit("MiniGrid-NoSuchEnv-v0") is None
+
+
+def test_a_one_env_run_without_lengths_has_them_read_from_its_episode_ends():
+    episodes = pd.DataFrame({"env_step": [10, 110, 150], "success": [0.0, 0.0, 1.0]})
+    assert with_lengths(episodes, 1)["length"].tolist() == [10, 100, 40]
+    assert "length" not in with_lengths(episodes, 2).columns  # episodes of several envs interleave: unknown
+    shares = outcome_shares(with_lengths(episodes, 1), 150, phases=1, time_limit=100)
+    assert shares.loc[0, ["success", "failure", "timeout"]].tolist() == pytest.approx([1 / 3, 1 / 3, 1 / 3])

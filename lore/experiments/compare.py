@@ -61,16 +61,19 @@ def outcome_table(loaded: list[tuple[PlannedRun, object]], phases: int | None = 
     """How each finished run's training episodes ended, by phase (:mod:`lore.report.episodes`, default
     :data:`~lore.report.episodes.PHASES` of them): one row per (env, arm, seed, phase) with the shares of
     success, failure and time-out (for a run that predates the ``failed`` column, failures are the episodes
-    that ended without success before the env's time limit)."""
+    that ended without success before the env's time limit; for one that predates ``length`` too and trained
+    one env, lengths are the env steps between episode ends: :func:`lore.report.episodes.with_lengths`)."""
     import pandas as pd
 
-    from lore.report.episodes import PHASES, outcome_shares, time_limit
+    from lore.report.episodes import PHASES, outcome_shares, time_limit, with_lengths
 
     frames = []
     for run, data in loaded:
         env_cfg = data.config.get("env") if isinstance(data.config, dict) else None
-        limit = time_limit(run.env, env_cfg.get("max_episode_steps") if isinstance(env_cfg, dict) else None)
-        frames.append(outcome_shares(data.episodes, int(data.eval["env_step"].max()), phases or PHASES,
+        env_cfg = env_cfg if isinstance(env_cfg, dict) else {}
+        limit = time_limit(run.env, env_cfg.get("max_episode_steps"))
+        episodes = with_lengths(data.episodes, env_cfg.get("num_envs", 0))
+        frames.append(outcome_shares(episodes, int(data.eval["env_step"].max()), phases or PHASES,
                                      limit).assign(env=run.env, arm=run.arm, seed=run.seed))
     columns = ["env", "arm", "seed", "phase", "start", "end", "episodes", "success", "failure", "timeout"]
     return pd.concat(frames)[columns] if frames else pd.DataFrame(columns=columns)

@@ -43,7 +43,7 @@ def outcome_shares(episodes: pd.DataFrame, total_steps: int, phases: int = PHASE
     ``episodes``: a run's ``episodes.csv`` (``env_step`` at each episode's end, ``success``, ``failed``,
     ``length``)."""
     rows = []
-    if "failed" not in episodes.columns and time_limit and "length" in episodes.columns:
+    if "failed" not in episodes.columns and time_limit and "length" in episodes.columns and len(episodes):
         episodes = episodes.assign(failed=((episodes["success"] <= 0) & (episodes["length"] < time_limit)).astype(float))
     recorded = "failed" in episodes.columns
     for k, (start, end) in enumerate(phase_bounds(total_steps, phases), 1):
@@ -54,6 +54,15 @@ def outcome_shares(episodes: pd.DataFrame, total_steps: int, phases: int = PHASE
         rows.append({"phase": k, "start": start, "end": end, "episodes": n, "success": success,
                      "failure": failure, "timeout": 1.0 - success - failure if math.isfinite(failure) else math.nan})
     return pd.DataFrame(rows)
+
+
+def with_lengths(episodes: pd.DataFrame, num_envs: int) -> pd.DataFrame:
+    """``episodes`` with a ``length`` column: as recorded, or, for a run that predates it and trained one env,
+    the env steps since the previous episode ended (each episode's steps; the first one's since step 0)."""
+    if "length" in episodes.columns or num_envs != 1 or not len(episodes):
+        return episodes
+    steps = episodes["env_step"].astype(float)
+    return episodes.assign(length=steps.diff().fillna(steps))
 
 
 @functools.lru_cache(maxsize=64)
