@@ -118,7 +118,8 @@ def test_a_run_without_a_prior_has_no_advice_weight():
 
 
 def test_the_comparison_counts_the_seeds_whose_advice_settled():
-    advice = pd.DataFrame([{"env": "E", "arm": "a", "seed": s, **advice_weight(_metrics(b))}
+    advice = pd.DataFrame([{"env": "E", "arm": "a", "seed": s, **advice_weight(_metrics(b)),
+                            **advice_exposure(_metrics(b), 500)}
                            for s, b in enumerate([[0.5, 0.0, 0.0], [0.5, 0.5, 0.0], [0.5, 0.5, 0.5]])])
     row = next(line for line in advice_markdown(advice) if line.startswith("| E | a |"))
     assert row.startswith("| E | a | 3 | 0.333 | 2 of 3 | 1,250 |")

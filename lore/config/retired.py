@@ -136,4 +136,4 @@ def drop_retired(data: dict) -> dict:
             raise ConfigError(f"{key}: retired setting; only its default {yaml_text(RETIRED[key])} is accepted "
                               f"(the variant was removed)")
         raise ConfigError(f"{key}: {yaml_text(value)} is a retired value (the variant was removed)")
-    return without_keys(out, [k for k in retired_values(out) if k in RETIRED])
+    return without_keys(out, retired_values(out))  # only neutral retired settings are left

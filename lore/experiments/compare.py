@@ -103,12 +103,13 @@ def stuck_runs(outcomes):
     """Per (env, arm, seed) of :func:`outcome_table`: ``stuck``, 1.0 when the run's last phase timed out in at
     least :data:`lore.report.episodes.STUCK_TIMEOUT_SHARE` of its episodes, 0.0 when not, NaN when its
     episodes did not record failures."""
-    from lore.report.episodes import STUCK_TIMEOUT_SHARE
+    import pandas as pd
 
-    last = outcomes[outcomes["phase"] == outcomes.groupby(["env", "arm", "seed"])["phase"].transform("max")]
-    timeout = last["timeout"].astype(float)
-    return last[["env", "arm", "seed"]].assign(stuck=(timeout >= STUCK_TIMEOUT_SHARE).astype(float).where(
-        timeout.notna())).reset_index(drop=True)
+    from lore.report.episodes import stuck
+
+    rows = [{"env": env, "arm": arm, "seed": seed, "stuck": stuck(shares.sort_values("phase"))}
+            for (env, arm, seed), shares in outcomes.groupby(["env", "arm", "seed"], sort=False)]
+    return pd.DataFrame(rows, columns=["env", "arm", "seed", "stuck"])
 
 
 def stuck_p_value(stuck_arm, stuck_base) -> float:
@@ -169,15 +170,14 @@ def advice_markdown(advice, outcomes=None) -> list[str]:
     for (env, arm), part in advice.groupby(["env", "arm"], sort=False):
         settled = part["settled_at"].dropna()
         step = f"{settled.median():,.0f}" if len(settled) else "-"
-        split, exposed = "-", "beta_steps" in part
-        if runs is not None and exposed:
+        split = "-"
+        if runs is not None:
             flags = part.merge(runs, on=["env", "arm", "seed"], how="left")
             sides = [flags.loc[flags["stuck"] == v, "beta_steps"] for v in (1.0, 0.0)]
             split = " / ".join(f"{side.median():,.0f}" if len(side) else "-" for side in sides)
         lines.append(f"| {env} | {arm} | {len(part)} | {_fmt(part['beta_mean'].mean())} | "
-                     f"{len(settled)} of {len(part)} | {step} | "
-                     f"{f'{part.beta_steps.median():,.0f}' if exposed else '-'} | {split} | "
-                     f"{_fmt(part['kl_term_after'].mean()) if 'kl_term_after' in part else '-'} |")
+                     f"{len(settled)} of {len(part)} | {step} | {part['beta_steps'].median():,.0f} | {split} | "
+                     f"{_fmt(part['kl_term_after'].mean())} |")
     return [*lines, ""]
 
 
