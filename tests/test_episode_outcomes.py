@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from lore.experiments.compare import advice_markdown, outcome_markdown, stuck_p_value, stuck_runs
+from lore.report.runs import Run, llm_calls_per_10k
 from lore.report.episodes import (
     SETTLED_BETA,
     advice_exposure,
@@ -119,7 +120,7 @@ def test_a_run_without_a_prior_has_no_advice_weight():
 
 def test_the_comparison_counts_the_seeds_whose_advice_settled():
     advice = pd.DataFrame([{"env": "E", "arm": "a", "seed": s, **advice_weight(_metrics(b)),
-                            **advice_exposure(_metrics(b), 500)}
+                            **advice_exposure(_metrics(b), 500), "llm_calls_per_10k": math.nan}
                            for s, b in enumerate([[0.5, 0.0, 0.0], [0.5, 0.5, 0.0], [0.5, 0.5, 0.5]])])
     row = next(line for line in advice_markdown(advice) if line.startswith("| E | a |"))
     assert row.startswith("| E | a | 3 | 0.333 | 2 of 3 | 1,250 |")
@@ -140,10 +141,34 @@ def test_exposure_sums_beta_over_the_act_steps_of_the_first_phase_and_averages_t
 def test_the_advice_table_sets_the_exposure_of_stuck_seeds_apart():
     outcomes = _stuck_outcomes("a", 2, 4)
     advice = pd.DataFrame([{"env": "E", "arm": "a", "seed": s, "beta_mean": 0.1, "settled_at": math.nan,
-                            "beta_steps": float(b), "kl_term_after": 0.0} for s, b in enumerate([900, 700, 10, 30])])
+                            "beta_steps": float(b), "kl_term_after": 0.0, "llm_calls_per_10k": math.nan}
+                           for s, b in enumerate([900, 700, 10, 30])])
     row = next(line for line in advice_markdown(advice, outcomes) if line.startswith("| E | a |"))
-    assert row.endswith("| 365 | 800 / 20 | 0.000 |")  # median of all four, then stuck seeds 0-1 / others 2-3
-    assert next(line for line in advice_markdown(advice) if line.startswith("| E | a |")).endswith("| 365 | - | 0.000 |")
+    assert row.endswith("| 365 | 800 / 20 | 0.000 | - |")  # median of all four, then stuck seeds 0-1 / others 2-3
+    assert next(line for line in advice_markdown(advice)
+                if line.startswith("| E | a |")).endswith("| 365 | - | 0.000 | - |")
+
+
+def _run_with_calls(ledger: list[dict], last_eval_step: int) -> Run:
+    return Run(path=None, env="E", ablation="a", seed=0, eval=pd.DataFrame({"env_step": [0, last_eval_step]}),
+               episodes=pd.DataFrame(), metrics=pd.DataFrame(), llm_calls=pd.DataFrame(ledger), done={})
+
+
+def test_llm_calls_per_10k_steps_count_api_calls_only_over_the_run_length():
+    ledger = [{"cache_hit": False, "source": "llm"}] * 30 + [{"cache_hit": True, "source": "llm"}] * 50 \
+        + [{"cache_hit": False, "source": "surrogate"}] * 7
+    assert llm_calls_per_10k(_run_with_calls(ledger, 20_000)) == pytest.approx(15.0)  # 30 calls in 20k steps
+    assert llm_calls_per_10k(_run_with_calls(ledger, 5_000)) == pytest.approx(60.0)
+    assert llm_calls_per_10k(_run_with_calls([], 20_000)) == 0.0
+    assert math.isnan(llm_calls_per_10k(_run_with_calls(ledger, 0)))
+
+
+def test_the_advice_table_gives_the_median_and_largest_call_rate():
+    advice = pd.DataFrame([{"env": "E", "arm": "a", "seed": s, "beta_mean": 0.1, "settled_at": math.nan,
+                            "beta_steps": 0.0, "kl_term_after": 0.0, "llm_calls_per_10k": r}
+                           for s, r in enumerate([10.0, 30.0, 62.5, math.nan])])
+    row = next(line for line in advice_markdown(advice) if line.startswith("| E | a |"))
+    assert row.endswith("| 30.0 (62.5) |")  # over the three seeds that know it
 
 
 def test_a_run_that_predates_the_failed_column_has_its_failures_read_from_episode_lengths():

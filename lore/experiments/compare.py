@@ -83,20 +83,21 @@ def advice_table(loaded: list[tuple[PlannedRun, object]]):
     """How much weight the advice kept in each finished run that mixed a prior in (:mod:`lore.report.episodes`):
     one row per (env, arm, seed) with the run's mean β, the step its β settled below
     :data:`lore.report.episodes.SETTLED_BETA` (NaN when it never did), the advice's β summed over the act
-    steps of the run's first phase (``beta_steps``) and the mean KL-control term after it (``kl_term_after``).
-    A run with the prior enabled counts even where its β stayed 0; a run without one is left out."""
+    steps of the run's first phase (``beta_steps``), the mean KL-control term after it (``kl_term_after``) and
+    the run's LLM API calls per 10,000 env steps (``llm_calls_per_10k``). A run with the prior enabled counts even where its β stayed 0; a run without one is left out."""
     import pandas as pd
 
     from lore.report.episodes import PHASES, advice_exposure, advice_weight, mixes_a_prior, phase_bounds
+    from lore.report.runs import llm_calls_per_10k
 
     rows = []
     for run, data in loaded:
         if mixes_a_prior(data.config):
             first_end = phase_bounds(int(data.eval["env_step"].max()), PHASES)[0][1]
             rows.append({"env": run.env, "arm": run.arm, "seed": run.seed, **advice_weight(data.metrics),
-                         **advice_exposure(data.metrics, first_end)})
+                         **advice_exposure(data.metrics, first_end), "llm_calls_per_10k": llm_calls_per_10k(data)})
     return pd.DataFrame(rows, columns=["env", "arm", "seed", "beta_mean", "settled_at", "beta_steps",
-                                       "kl_term_after"])
+                                       "kl_term_after", "llm_calls_per_10k"])
 
 
 def stuck_runs(outcomes):
@@ -154,7 +155,8 @@ def advice_markdown(advice, outcomes=None) -> list[str]:
     """Per env and arm with a prior, the mean β over seeds, how fast it settled below
     :data:`lore.report.episodes.SETTLED_BETA` (the seeds that settled and the median step among them), the
     median over seeds of the β summed over the first phase's act steps (with ``outcomes``: apart for the seeds
-    that end stuck and the others, :func:`stuck_runs`) and the mean KL-control term after the first phase."""
+    that end stuck and the others, :func:`stuck_runs`), the mean KL-control term after the first phase and the
+    LLM API calls per 10,000 env steps (median and largest over seeds)."""
     from lore.report.episodes import SETTLED_BETA
 
     if not len(advice):
@@ -164,9 +166,10 @@ def advice_markdown(advice, outcomes=None) -> list[str]:
              f"below {SETTLED_BETA:g} from some step to the end, and the median of that step over them; β-steps: "
              "β summed over the act steps of the run's first phase (median over seeds; stuck / other: over the "
              "seeds that end stuck in their time-out phase and the others); KL term: the mean KL-control term "
-             "of the actor loss after the first phase (mean over seeds).", "",
+             "of the actor loss after the first phase (mean over seeds); LLM calls: API calls per 10,000 env "
+             "steps (median over seeds, largest in brackets).", "",
              "| env | arm | n | mean β | settled | median step settled | β-steps, first phase | β-steps, "
-             "stuck / other | KL term after |", "|---|---|---|---|---|---|---|---|---|"]
+             "stuck / other | KL term after | LLM calls per 10k steps |", "|---|---|---|---|---|---|---|---|---|---|"]
     for (env, arm), part in advice.groupby(["env", "arm"], sort=False):
         settled = part["settled_at"].dropna()
         step = f"{settled.median():,.0f}" if len(settled) else "-"
@@ -177,8 +180,14 @@ def advice_markdown(advice, outcomes=None) -> list[str]:
             split = " / ".join(f"{side.median():,.0f}" if len(side) else "-" for side in sides)
         lines.append(f"| {env} | {arm} | {len(part)} | {_fmt(part['beta_mean'].mean())} | "
                      f"{len(settled)} of {len(part)} | {step} | {part['beta_steps'].median():,.0f} | {split} | "
-                     f"{_fmt(part['kl_term_after'].mean())} |")
+                     f"{_fmt(part['kl_term_after'].mean())} | {_call_rate(part['llm_calls_per_10k'])} |")
     return [*lines, ""]
+
+
+def _call_rate(rates) -> str:
+    """``median (max)`` of per-seed call rates, ``-`` when none is known."""
+    known = rates.dropna()
+    return f"{known.median():.1f} ({known.max():.1f})" if len(known) else "-"
 
 
 def experiment_figure(decl: Declaration, pairs: list[tuple[PlannedRun, Path]], out: Path) -> list[Path]:

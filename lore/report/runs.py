@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -563,6 +564,12 @@ def llm_call_counts(run: Run) -> dict[str, float]:
             "llm_failures": float((failed & api_call).sum()),
         }
     return {name: _last_counter(run, name) for name in ("llm_calls", "llm_cache_hits", "llm_failures")}
+
+
+def llm_calls_per_10k(run: Run) -> float:
+    """API calls (:func:`llm_call_counts`) per 10,000 env steps of the run's last eval step (NaN without one)."""
+    steps = float(run.eval["env_step"].max()) if len(run.eval) else math.nan
+    return llm_call_counts(run)["llm_calls"] * 10_000.0 / steps if steps > 0 else math.nan
 
 
 def _last_counter(run: Run, name: str) -> float:
