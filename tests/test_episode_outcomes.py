@@ -9,7 +9,6 @@ import pandas as pd
 import pytest
 
 from lore.experiments.compare import advice_markdown, outcome_markdown, stuck_p_value, stuck_runs
-from lore.report.runs import Run, llm_calls_per_10k
 from lore.report.episodes import (
     SETTLED_BETA,
     advice_exposure,
@@ -21,6 +20,7 @@ from lore.report.episodes import (
     time_limit,
     with_lengths,
 )
+from lore.report.runs import Run, llm_calls_per_10k
 
 
 def _episodes(outcomes: list[tuple[int, str]], failed_column: bool = True) -> pd.DataFrame:

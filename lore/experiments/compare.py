@@ -84,7 +84,8 @@ def advice_table(loaded: list[tuple[PlannedRun, object]]):
     one row per (env, arm, seed) with the run's mean β, the step its β settled below
     :data:`lore.report.episodes.SETTLED_BETA` (NaN when it never did), the advice's β summed over the act
     steps of the run's first phase (``beta_steps``), the mean KL-control term after it (``kl_term_after``) and
-    the run's LLM API calls per 10,000 env steps (``llm_calls_per_10k``). A run with the prior enabled counts even where its β stayed 0; a run without one is left out."""
+    the run's LLM API calls per 10,000 env steps (``llm_calls_per_10k``). A run with the prior enabled counts
+    even where its β stayed 0; a run without one is left out."""
     import pandas as pd
 
     from lore.report.episodes import PHASES, advice_exposure, advice_weight, mixes_a_prior, phase_bounds
