@@ -47,6 +47,15 @@ def test_each_phase_splits_its_episodes_into_success_failure_and_timeout():
     assert stuck(learning) == 0.0
 
 
+def test_shares_are_counted_so_a_phase_without_timeouts_shows_exactly_zero():
+    # 4 successes and 1 failure: 1 - 4/5 - 1/5 is -5.6e-17 in floating point, shown as "-0.000"
+    shares = outcome_shares(_episodes([(100, "S"), (200, "S"), (300, "S"), (400, "S"), (500, "F")]), 500, phases=1)
+    assert shares.loc[0, "timeout"] == 0.0 and math.copysign(1.0, shares.loc[0, "timeout"]) == 1.0
+    assert shares.loc[0, ["success", "failure"]].tolist() == [0.8, 0.2]
+    row = next(line for line in outcome_markdown(shares.assign(env="E", arm="a", seed=0)) if "| E | a |" in line)
+    assert "-0.000" not in row and "0.800 / 0.200 / 0.000" in row
+
+
 def test_a_run_that_did_not_record_failures_says_so():
     shares = outcome_shares(_episodes([(100, "S"), (200, "T")], failed_column=False), 300, phases=1)
     assert shares.loc[0, "success"] == 0.5

@@ -49,10 +49,12 @@ def outcome_shares(episodes: pd.DataFrame, total_steps: int, phases: int = PHASE
     for k, (start, end) in enumerate(phase_bounds(total_steps, phases), 1):
         part = episodes[(episodes["env_step"] > start) & (episodes["env_step"] <= end)] if len(episodes) else episodes
         n = len(part)
-        success = float((part["success"] > 0).mean()) if n else math.nan
-        failure = float(((part["failed"] > 0) & ~(part["success"] > 0)).mean()) if n and recorded else math.nan
-        rows.append({"phase": k, "start": start, "end": end, "episodes": n, "success": success,
-                     "failure": failure, "timeout": 1.0 - success - failure if math.isfinite(failure) else math.nan})
+        won = part["success"] > 0 if n else None
+        lost = (part["failed"] > 0) & ~won if n and recorded else None
+        rows.append({"phase": k, "start": start, "end": end, "episodes": n,
+                     "success": float(won.mean()) if n else math.nan,
+                     "failure": float(lost.mean()) if lost is not None else math.nan,
+                     "timeout": float((~won & ~lost).mean()) if lost is not None else math.nan})
     return pd.DataFrame(rows)
 
 
