@@ -198,7 +198,8 @@ def log_markdown(root: Path = Path(".")) -> str:
         lines += [f"### {name}", "", f"- Question: {decl.question}", f"- Change: {change}",
                   f"- Grid: {_grid_text(decl)}; baseline: {decl.baseline or 'none'}"]
         if rec is None:
-            lines += ["- Status: declared, not run yet", ""]
+            lines += [f"- Status: declared, no verdict yet (`lore experiments plan {name}` shows how many of its "
+                      "runs have finished)", ""]
             continue
         lines += ["- Effect:", "", *effect_table(rec), "", f"- Verdict: {rec['verdict']} ({rec['reason']})"]
         lines += [f"- Decision: {rec['note']}"] if rec.get("note") else []
