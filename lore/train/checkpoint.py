@@ -210,12 +210,13 @@ class _EnvUnpickler(pickle._Unpickler):
 
 
 def _env_member(module: str, name: str, obj) -> bool:
-    """A class of an env package, a MiniGrid mission function, or a function of our own env modules."""
+    """A class of an env package, a MiniGrid mission function (``_gen_mission``, ``_gen_mission_lava``, ...),
+    or a function of our own env modules."""
     if not (module + ".").startswith(_ENV_PACKAGES):
         return False
     if isinstance(obj, type):
         return True
-    return callable(obj) and (name.endswith("._gen_mission") or module.startswith("lore.envs."))
+    return callable(obj) and (name.rpartition(".")[2].startswith("_gen_mission") or module.startswith("lore.envs."))
 
 
 def load_envs(data: bytes, path: str | Path):
