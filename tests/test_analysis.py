@@ -645,6 +645,42 @@ def test_default_choice_is_read_from_the_decide_default_record(tmp_path):
     assert "has no record" in default_choice_sentence(tables, tmp_path / "corrupt")
 
 
+def test_the_regret_bound_is_claimed_only_where_the_low_regret_verdict_shows_it(tmp_path):
+    from lore.paper.method import regret_sentence
+
+    envs = ("MiniGrid-DistShift1-v0", "MiniGrid-Empty-Random-6x6-v0", "MiniGrid-DoorKey-5x5-v0",
+            "MiniGrid-MultiRoom-N2-S4-v0")
+    safe, harmful, shaky, worse = (-0.01, 0.05), (-0.2, -0.05), (-0.06, 0.04), (-0.1, -0.01)
+
+    def rows(arm, vs, bad_env, bad):  # one AUC row per env; ``bad`` on ``bad_env`` (every env when None)
+        return [{**_auc_row(env, arm, *(bad if bad_env in (None, env) else safe)), "vs": vs, "n_paired": 10}
+                for env in envs]
+
+    comparison = (rows("full_adversarial", "rl_only", envs[3], harmful) + rows("full", "kl", envs[1], worse)
+                  + rows("bandit_adversarial", "rl_only", envs[0], shaky) + rows("bandit", "kl", None, safe)
+                  + rows("critic_adversarial", "rl_only", None, safe) + rows("critic", "kl", None, worse)
+                  + rows("rl_only", "rl_only", "MiniGrid-LavaGapS5-v0", harmful))  # an env that decides nothing
+    record = {"name": "low_regret", "commit": "abc", "verdict": "none", "comparison": comparison}
+    text = plain(regret_sentence(_experiment_checkout(tmp_path / "none", "low_regret", record)))
+    assert r"\texttt{full}: under adversarial advice it fell below \texttt{rl\_only} on MultiRoom-N2-S4 and the " \
+           r"lower end of its interval against \texttt{rl\_only} lay below $-$0.02 on MultiRoom-N2-S4; with good " \
+           r"advice it fell below \texttt{kl} on Empty-Random-6x6." in text
+    # a lower end under the bound fails even where the interval covers 0; a design that fails nothing is not named
+    assert r"\texttt{bandit}: under adversarial advice the lower end of its interval against \texttt{rl\_only} " \
+           r"lay below $-$0.02 on DistShift1." in text
+    assert r"\texttt{critic}: with good advice it fell below \texttt{kl} on every one." in text
+    assert "LavaGapS5" not in text and "10 paired seeds" in text
+    assert "claims no bound on what a bad advisor costs" in text and r"\texttt{full} stays the default" in text
+    picked = plain(regret_sentence(_experiment_checkout(tmp_path / "select", "low_regret",
+                                                        {**record, "verdict": "select bandit"})))
+    assert r"The rule selected \texttt{bandit}, which \texttt{full} now runs" in picked
+    assert r"was at least $-$0.02, the bound this paper claims there" in picked and "claims no bound" not in picked
+    for name, saved in (("missing", None), ("corrupt", "{not json")):
+        missing = regret_sentence(_experiment_checkout(tmp_path / name, "low_regret", saved))
+        assert "has no record in this checkout" in missing and "claims no such bound" in missing
+        assert not any(c.isdigit() for c in missing)
+
+
 def test_the_crafter_claim_follows_the_crafter_cpu_full_verdict(tmp_path):
     from lore.paper.method import crafter_claim_sentence
 

@@ -17,6 +17,7 @@ from lore.paper.method import (
     gate_sentence,
     grid_sentence,
     kl_sentence,
+    regret_sentence,
     trust_sentence,
 )
 from lore.paper.numbers import (
@@ -171,6 +172,7 @@ def macros_tex(tables: Tables, settings: AnalysisSettings, envs_order: Sequence[
         "loreAbstractGrid": abstract_grid(tables),
         "loreArms": arms_text(tables, settings, env),
         "loreDefaultChoice": default_choice_sentence(tables, decision_root),
+        "loreRegret": regret_sentence(decision_root),
         "loreCrafterClaim": crafter_claim_sentence(decision_root),
         "loreFindings": findings_text(tables, settings, table_envs, found),
         "loreFindingsSummary": findings_summary(tables, settings, env, found),
@@ -188,6 +190,6 @@ def macros_tex(tables: Tables, settings: AnalysisSettings, envs_order: Sequence[
 
 SENTENCE_MACROS = ("loreHeadline", "loreGoals", "loreOriginalMetric", "loreLLMCost", "loreKLSentence",
                    "loreTrustSentence", "loreGateSentence", "loreGridSentence",
-                   "loreAdvisorSentence", "loreAbstractGrid", "loreArms", "loreDefaultChoice", "loreCrafterClaim", "loreFindings", "loreFindingsSummary",
+                   "loreAdvisorSentence", "loreAbstractGrid", "loreArms", "loreDefaultChoice", "loreRegret", "loreCrafterClaim", "loreFindings", "loreFindingsSummary",
                    "loreGap", "loreChance")
 """The macros holding generated prose (tests/test_paper.py checks them for typed digits)."""

@@ -397,12 +397,113 @@ def default_choice_sentence(tables: Tables, root: Path | None = None) -> str:
     return text
 
 
+# --------------------------------------------------------------------------- whether a bound on regret is shown
+
+REGRET = "low_regret"
+"""The pre-registered comparison that asks which design bounds what an adversarial advisor costs."""
+
+ROLE_TEXT = {"adversarial": "under adversarial advice", "good": "with good advice", "noisy": "with noisy advice"}
+"""How the paper names the advice a candidate's arm of each role ran with."""
+
+
+def _failed_envs(rows: list, arm: str, req: dict, envs: set[str] | None) -> list[str]:
+    """The envs (among ``envs``, all where None) where ``arm`` fails the requirement ``req`` of a decision rule:
+    ``not_below``: the paired interval's upper end below 0; ``lower_at_least``: its lower end below the value;
+    ``above``: its lower end not above 0."""
+    test, value = str(req.get("test")), _number(req.get("value"))
+    out = []
+    for row in rows:
+        if not isinstance(row, dict) or (row.get("arm"), row.get("vs"), row.get("metric")) != (
+                arm, req.get("vs"), req.get("metric")) or (envs is not None and row.get("env") not in envs):
+            continue
+        low, high = _number(row.get("low")), _number(row.get("high"))
+        failed = {"not_below": high < 0, "lower_at_least": low < value, "above": not low > 0}.get(test, False)
+        if failed and row.get("env") not in out:
+            out.append(str(row.get("env")))
+    return out
+
+
+def _requirement_text(req: dict, failed: bool) -> str:
+    """What the requirement ``req`` of a decision rule asks of a candidate's arm, in words (``its AUC not below
+    rl_only beyond the paired interval``), or with ``failed`` how the arm failed it (``fell below rl_only``)."""
+    metric = METRIC_TEXT.get(str(req.get("metric")), escape(str(req.get("metric"))))
+    vs, value, test = ablation_tex(str(req.get("vs"))), num(fmt_signed(req.get("value"))), str(req.get("test"))
+    if test == "lower_at_least":
+        return (f"the lower end of its interval against {vs} lay below {value}" if failed else
+                f"the lower end of the paired interval of its {metric} against {vs} at least {value}")
+    ask, fail = {"not_below": ("not below", "fell below"), "above": ("above", "was not above")}.get(
+        test, (escape(test), f"failed {escape(test)} against"))
+    return f"it {fail} {vs}" if failed else f"its {metric} {ask} {vs} beyond the paired interval"
+
+
+def regret_sentence(root: Path | None = None) -> str:
+    """Whether a bound on what a bad advisor costs is shown, from the record of ``low_regret``: the envs and
+    seeds, the bound the rule asks for, each candidate's failed requirements and the verdict. Without the
+    record, a sentence saying that no bound is claimed (no number is quoted)."""
+    record = _read_json(_first_existing(RECORDS / f"{REGRET}.json", root))
+    rows = record.get("comparison") if record is not None else None
+    verdict = record.get("verdict") if record is not None else None
+    decl = _read_yaml(_first_existing(DECLARATIONS / f"{REGRET}.yaml", root)) or {}
+    rule = _rule(decl)
+    candidates = rule.get("candidates") if isinstance(rule.get("candidates"), dict) else {}
+    if not isinstance(verdict, str) or not isinstance(rows, list) or not candidates:
+        return (f"The comparison that asks for a bound on what a bad advisor costs (\\texttt{{{escape(REGRET)}}}, "
+                f"declared in {_path_tex(DECLARATIONS / f'{REGRET}.yaml')}) has no record in this checkout, so "
+                f"this paper claims no such bound.")
+    envs = {str(e) for e in rule["envs"]} if isinstance(rule.get("envs"), list) else None
+    requires = [r for r in _requirements(rule) if r.get("role") in ROLE_TEXT]
+    seeds = {str(r.get("role")): sorted({int(n) for row in rows if isinstance(row, dict)
+                                         and row.get("vs") == r.get("vs") and isinstance(n := row.get("n_paired"), int)
+                                         and any(row.get("arm") == c.get(r.get("role")) for c in candidates.values()
+                                                 if isinstance(c, dict))})
+             for r in requires}
+    bound = next((_number(r.get("value")) for r in requires if r.get("test") == "lower_at_least"), math.nan)
+    text = (f"A second comparison declared before its runs (\\texttt{{{escape(REGRET)}}}) asked for a bound: on "
+            + (f"each of {join([name_tex(env_label(e)) for e in sorted(envs)])}" if envs else "each environment")
+            + f", between {num(len(candidates))} designs ({join([ablation_tex(n) for n in candidates])}), ")
+    wanted = []
+    for req in requires:
+        role = str(req.get("role"))
+        n = seeds.get(role) or []
+        wanted.append(f"{ROLE_TEXT[role]}, {_requirement_text(req, failed=False)}"
+                      + (f" ({num(range_text(n))} paired seeds)" if n else ""))
+    text += "a design had to pass every one of: " + "; ".join(wanted) + "."
+    failures = []
+    for name, roles in candidates.items():
+        roles = roles if isinstance(roles, dict) else {}
+        by_role: dict[str, list[str]] = {}
+        for req in requires:
+            role = str(req.get("role"))
+            where = _failed_envs(rows, str(roles.get(role, "")), req, envs)
+            if where:
+                on = ("on every one" if envs is not None and set(where) == envs
+                      else "on " + join([name_tex(env_label(e)) for e in where]))
+                by_role.setdefault(role, []).append(f"{_requirement_text(req, failed=True)} {on}")
+        if by_role:
+            failures.append(f"{ablation_tex(name)}: " + "; ".join(f"{ROLE_TEXT[role]} {join(parts)}"
+                                                                    for role, parts in by_role.items()) + ".")
+    if failures:
+        text += " The failures, paired by seed, were these. " + " ".join(failures)
+    if verdict == "none":
+        text += (" No design met every requirement, so this paper claims no bound on what a bad advisor costs, "
+                 f"and {ablation_tex('full')} stays the default.")
+    elif verdict.startswith("select "):
+        chosen = verdict.removeprefix("select ")
+        text += (f" The rule selected {ablation_tex(chosen)}, which {ablation_tex('full')} now runs"
+                 + (f": on these environments, under adversarial advice, the lower end of the paired interval of its "
+                    f"AUC against {ablation_tex('rl_only')} was at least {num(fmt_signed(bound))}, the bound this "
+                    f"paper claims there." if math.isfinite(bound) else "."))
+    else:
+        text += f" The comparison has not decided (its verdict is \\emph{{{escape(verdict)}}}); no bound is claimed."
+    return text
+
+
 # --------------------------------------------------------------------------- whether the claim extends to Crafter
 
 CRAFTER = "crafter_cpu_full"
 """The pre-registered comparison whose verdict decides whether the paper claims the method for Crafter."""
 
-QUOTED_RECORDS = tuple(RECORDS / f"{name}.json" for name in (DECISION, CRAFTER))
+QUOTED_RECORDS = tuple(RECORDS / f"{name}.json" for name in (DECISION, REGRET, CRAFTER))
 """The experiment records the paper quotes (the workflow rebuilds the paper when one changes)."""
 
 METRIC_TEXT = {"crafter_score": "Crafter score", "final_sr": "achievement rate", "auc": "AUC"}
