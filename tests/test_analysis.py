@@ -646,7 +646,7 @@ def test_default_choice_is_read_from_the_decide_default_record(tmp_path):
 
 
 def test_the_regret_bound_is_claimed_only_where_the_low_regret_verdict_shows_it(tmp_path):
-    from lore.paper.method import regret_sentence
+    from lore.paper.method import regret_sentence, regret_summary
 
     envs = ("MiniGrid-DistShift1-v0", "MiniGrid-Empty-Random-6x6-v0", "MiniGrid-DoorKey-5x5-v0",
             "MiniGrid-MultiRoom-N2-S4-v0")
@@ -675,8 +675,13 @@ def test_the_regret_bound_is_claimed_only_where_the_low_regret_verdict_shows_it(
                                                         {**record, "verdict": "select bandit"})))
     assert r"The rule selected \texttt{bandit}, which \texttt{full} now runs" in picked
     assert r"was at least $-$0.02, the bound this paper claims there" in picked and "claims no bound" not in picked
+    assert "no such bound is claimed" in regret_summary(tmp_path / "none")
+    chosen = plain(regret_summary(tmp_path / "select"))
+    assert r"selected \texttt{bandit}: there an adversarial advisor cost at most 0.02 AUC" in chosen
     for name, saved in (("missing", None), ("corrupt", "{not json")):
-        missing = regret_sentence(_experiment_checkout(tmp_path / name, "low_regret", saved))
+        assert regret_summary(_experiment_checkout(tmp_path / name, "low_regret", saved)) == (
+            "No bound on what an adversarial advisor costs is claimed.")
+        missing = regret_sentence(tmp_path / name)
         assert "has no record in this checkout" in missing and "claims no such bound" in missing
         assert not any(c.isdigit() for c in missing)
 

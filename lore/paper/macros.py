@@ -18,6 +18,7 @@ from lore.paper.method import (
     grid_sentence,
     kl_sentence,
     regret_sentence,
+    regret_summary,
     trust_sentence,
 )
 from lore.paper.numbers import (
@@ -173,6 +174,7 @@ def macros_tex(tables: Tables, settings: AnalysisSettings, envs_order: Sequence[
         "loreArms": arms_text(tables, settings, env),
         "loreDefaultChoice": default_choice_sentence(tables, decision_root),
         "loreRegret": regret_sentence(decision_root),
+        "loreRegretSummary": regret_summary(decision_root),
         "loreCrafterClaim": crafter_claim_sentence(decision_root),
         "loreFindings": findings_text(tables, settings, table_envs, found),
         "loreFindingsSummary": findings_summary(tables, settings, env, found),
@@ -190,6 +192,6 @@ def macros_tex(tables: Tables, settings: AnalysisSettings, envs_order: Sequence[
 
 SENTENCE_MACROS = ("loreHeadline", "loreGoals", "loreOriginalMetric", "loreLLMCost", "loreKLSentence",
                    "loreTrustSentence", "loreGateSentence", "loreGridSentence",
-                   "loreAdvisorSentence", "loreAbstractGrid", "loreArms", "loreDefaultChoice", "loreRegret", "loreCrafterClaim", "loreFindings", "loreFindingsSummary",
+                   "loreAdvisorSentence", "loreAbstractGrid", "loreArms", "loreDefaultChoice", "loreRegret", "loreRegretSummary", "loreCrafterClaim", "loreFindings", "loreFindingsSummary",
                    "loreGap", "loreChance")
 """The macros holding generated prose (tests/test_paper.py checks them for typed digits)."""

@@ -498,6 +498,25 @@ def regret_sentence(root: Path | None = None) -> str:
     return text
 
 
+def regret_summary(root: Path | None = None) -> str:
+    """The abstract's one sentence on ``low_regret``: the bound its rule selected a design for, or that none is
+    claimed (also without its record)."""
+    record = _read_json(_first_existing(RECORDS / f"{REGRET}.json", root))
+    verdict = record.get("verdict") if record is not None else None
+    rule = _rule(_read_yaml(_first_existing(DECLARATIONS / f"{REGRET}.yaml", root)) or {})
+    bound = next((_number(r.get("value")) for r in _requirements(rule) if r.get("test") == "lower_at_least"), math.nan)
+    if isinstance(verdict, str) and verdict.startswith("select ") and math.isfinite(bound):
+        return (f"A second comparison, on environments where DreamerV3 alone learns, selected "
+                f"{ablation_tex(verdict.removeprefix('select '))}: there an adversarial advisor cost at most "
+                f"{num(f'{abs(bound):g}')} AUC at the lower end of the paired interval, and good advice helped as "
+                f"much as with plain KL control.")
+    if verdict == "none":
+        return ("A second comparison, on environments where DreamerV3 alone learns, found no design that kept what "
+                "an adversarial advisor costs within its declared bound while using good advice as well as plain "
+                "KL control, so no such bound is claimed.")
+    return "No bound on what an adversarial advisor costs is claimed."
+
+
 # --------------------------------------------------------------------------- whether the claim extends to Crafter
 
 CRAFTER = "crafter_cpu_full"
