@@ -303,16 +303,7 @@ def _missing_record_text() -> str:
 
 def _fell_below(rows: list, arm: str, vs: str, metric: str) -> list[str]:
     """Envs where ``arm`` is below ``vs`` beyond the paired interval (its upper end below zero)."""
-    envs = []
-    for row in rows:
-        if not isinstance(row, dict):
-            continue
-        if (row.get("arm"), row.get("vs"), row.get("metric")) != (arm, vs, metric):
-            continue
-        high = _number(row.get("high"))
-        if math.isfinite(high) and high < 0 and row.get("env") not in envs:
-            envs.append(str(row.get("env")))
-    return envs
+    return _failed_envs(rows, arm, {"vs": vs, "metric": metric, "test": "not_below"}, None)
 
 
 def default_choice_sentence(tables: Tables, root: Path | None = None) -> str:
